@@ -1,0 +1,39 @@
+# Kiln's build. Two entry points (see README): `make` builds everything and runs the main
+# example; `make test` runs the whole test suite. Everything lives in .venv/ in the repo root.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+
+.PHONY: all build runtime example test test-fast bench clean
+
+all: example
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e ".[test]"
+	touch $@
+
+# The C runtime (libkiln_runtime.so/.a) and the Python extension built from the same sources.
+runtime: $(VENV)/.installed
+	$(MAKE) -s -C runtime_c
+	$(PY) runtime_c/build_ffi.py
+
+build: runtime
+
+example: build
+	$(PY) examples/quickstart.py
+
+# pytest exits 5 when it collected no test; that is not a failure of the build.
+test: build
+	$(PY) -m pytest; rc=$$?; if [ $$rc -eq 5 ]; then exit 0; fi; exit $$rc
+
+test-fast: build
+	$(PY) -m pytest -m "not slow"
+
+bench: build
+	$(PY) bench/run.py
+
+clean:
+	$(MAKE) -s -C runtime_c clean
+	rm -rf $(VENV) .pytest_cache compiler/kiln/_ffi*

@@ -1,0 +1,37 @@
+"""Kiln: an ahead-of-time compiler and deployment packager for machine-learning models.
+
+``import kiln`` is cheap: sub-packages load on first use (``kiln.Schedule``, ``kiln.te``, ...).
+"""
+from importlib import import_module as _import_module
+
+from . import ir
+from .ir import IRModule
+
+__version__ = "0.1.0"
+
+# public name -> (module, attribute or None for the module itself)
+_LAZY = {
+    "script": ("kiln.script", None),
+    "te": ("kiln.te", None),
+    "arith": ("kiln.arith", None),
+    "schedule": ("kiln.schedule", None),
+    "Schedule": ("kiln.schedule", "Schedule"),
+    "ScheduleError": ("kiln.schedule", "ScheduleError"),
+    "evaluate": ("kiln.ir.evaluator", "evaluate"),
+}
+
+
+def __getattr__(name):
+    try:
+        module, attr = _LAZY[name]
+    except KeyError:
+        raise AttributeError(f"module 'kiln' has no attribute {name!r}") from None
+    value = _import_module(module)
+    if attr is not None:
+        value = getattr(value, attr)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(list(globals()) + list(_LAZY))

@@ -1,0 +1,72 @@
+"""Data types, spelled as strings: ``"float32"``, ``"int64"``, ``"bool"``, ``"float32x8"`` (lanes).
+
+Strings keep IR and printed script identical; this module validates and takes them apart.
+
+>>> bits("float16"), is_float("float16"), lanes("float32x8"), with_lanes("float32", 8)
+(16, True, 8, 'float32x8')
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+SCALAR_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8",
+                 "float16", "float32", "float64")
+# The dtype of loop variables and buffer indices unless the program says otherwise.
+INDEX_DTYPE = "int32"
+
+_PATTERN = re.compile(r"^(bool|int8|int16|int32|int64|uint8|float16|float32|float64)(?:x(\d+))?$")
+
+
+def check(dtype: str) -> str:
+    """Return ``dtype`` if it is a valid Kiln dtype, else raise ``ValueError`` naming the choices."""
+    if not isinstance(dtype, str) or not _PATTERN.match(dtype):
+        raise ValueError(f"unknown dtype {dtype!r}; expected one of {', '.join(SCALAR_DTYPES)}"
+                         " (optionally with lanes, e.g. 'float32x8')")
+    return dtype
+
+
+def element(dtype: str) -> str:
+    """The scalar type of a (possibly vector) dtype: ``element("float32x8") == "float32"``."""
+    return check(dtype).split("x")[0] if "x" in dtype else dtype
+
+
+def lanes(dtype: str) -> int:
+    m = _PATTERN.match(check(dtype))
+    return int(m.group(2)) if m.group(2) else 1
+
+
+def with_lanes(dtype: str, n: int) -> str:
+    return element(dtype) if n == 1 else f"{element(dtype)}x{n}"
+
+
+def bits(dtype: str) -> int:
+    e = element(dtype)
+    return 1 if e == "bool" else int(re.sub(r"\D", "", e))
+
+
+def is_float(dtype: str) -> bool:
+    return element(dtype).startswith("float")
+
+
+def is_int(dtype: str) -> bool:
+    """Signed or unsigned integer (not bool)."""
+    e = element(dtype)
+    return e.startswith("int") or e.startswith("uint")
+
+
+def is_uint(dtype: str) -> bool:
+    return element(dtype).startswith("uint")
+
+
+def is_bool(dtype: str) -> bool:
+    return element(dtype) == "bool"
+
+
+def to_numpy(dtype: str) -> np.dtype:
+    return np.dtype(element(dtype))
+
+
+def from_numpy(dt) -> str:
+    return check(str(np.dtype(dt)))

@@ -1,0 +1,155 @@
+"""Generic traversal and rewriting of IR nodes, driven by dataclass fields.
+
+``Var`` and ``Buffer`` are leaves here: their identity is what matters, so a rewrite never
+rebuilds them unless the callback replaces them on purpose (e.g. ``substitute``).
+
+>>> from .expr import Var
+>>> i, j = Var("i"), Var("j")
+>>> substitute(i + 1, {i: j * 2}).script()            # doctest: +SKIP
+'j * 2 + 1'
+"""
+from __future__ import annotations
+
+import dataclasses
+from functools import lru_cache
+from typing import Callable, Dict, Mapping, Optional
+
+from .expr import Buffer, Node, Var
+
+
+@lru_cache(maxsize=None)
+def node_fields(cls) -> tuple:
+    """Names of the dataclass fields of a node class, in declaration order."""
+    return tuple(f.name for f in dataclasses.fields(cls))
+
+
+def is_leaf(node) -> bool:
+    return isinstance(node, (Var, Buffer))
+
+
+def _iter_children(value):
+    if isinstance(value, Node):
+        yield value
+    elif isinstance(value, (tuple, list)):
+        for v in value:
+            yield from _iter_children(v)
+
+
+def children(node: Node):
+    """The direct child nodes of ``node`` (none for leaves)."""
+    if is_leaf(node) or not dataclasses.is_dataclass(node):
+        return
+    for name in node_fields(type(node)):
+        yield from _iter_children(getattr(node, name))
+
+
+def post_order_visit(node: Node, fn: Callable[[Node], None]) -> None:
+    """Call ``fn`` on every node below and including ``node``, children first."""
+    stack = [(node, False)]
+    while stack:
+        n, done = stack.pop()
+        if done:
+            fn(n)
+            continue
+        stack.append((n, True))
+        kids = list(children(n))
+        for k in reversed(kids):
+            stack.append((k, False))
+
+
+def pre_order_visit(node: Node, fn: Callable[[Node], Optional[bool]]) -> None:
+    """Call ``fn`` on every node, parents first; if it returns False, skip that node's children."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if fn(n) is False:
+            continue
+        stack.extend(reversed(list(children(n))))
+
+
+def _rewrite_value(value, rec):
+    if isinstance(value, Node):
+        return rec(value)
+    if isinstance(value, tuple):
+        new = tuple(_rewrite_value(v, rec) for v in value)
+        return value if all(a is b for a, b in zip(new, value)) else new
+    return value
+
+
+def transform(node: Node, post: Callable[[Node], Optional[Node]],
+              pre: Callable[[Node], Optional[Node]] | None = None) -> Node:
+    """Rebuild ``node`` bottom-up. ``post(n)`` sees each node after its children were rewritten
+    and returns a replacement or None (keep). ``pre(n)``, if given, may return a replacement
+    before descending; the replacement is not visited further. Unchanged subtrees are shared.
+    """
+    def rec(n: Node) -> Node:
+        if pre is not None:
+            r = pre(n)
+            if r is not None:
+                return r
+        if not is_leaf(n) and dataclasses.is_dataclass(n):
+            changes = {}
+            for name in node_fields(type(n)):
+                old = getattr(n, name)
+                new = _rewrite_value(old, rec)
+                if new is not old:
+                    changes[name] = new
+            if changes:
+                n = _replace(n, changes)
+        r = post(n)
+        return n if r is None else r
+    return rec(node)
+
+
+def _replace(n: Node, changes: dict) -> Node:
+    # Derived dtypes (BinaryOp, BufferLoad, ...) are recomputed when their inputs change type.
+    kwargs = {name: changes.get(name, getattr(n, name)) for name in node_fields(type(n))}
+    if "dtype" in kwargs and "dtype" not in changes and _dtype_is_derived(n):
+        kwargs["dtype"] = None
+    return type(n)(**kwargs)
+
+
+def _dtype_is_derived(n: Node) -> bool:
+    for f in dataclasses.fields(type(n)):
+        if f.name == "dtype":
+            return f.default is None
+    return False
+
+
+def substitute(node: Node, vmap: Mapping[Var, Node]) -> Node:
+    """Replace variables by expressions everywhere in ``node`` (also inside buffer shapes are
+    NOT touched: buffers are leaves)."""
+    if not vmap:
+        return node
+    return transform(node, lambda n: vmap.get(n) if isinstance(n, Var) else None)
+
+
+def substitute_buffers(node: Node, bmap: Mapping[Buffer, Buffer]) -> Node:
+    """Replace buffers (in loads, stores, regions, allocations) by others."""
+    if not bmap:
+        return node
+    return transform(node, lambda n: bmap.get(n) if isinstance(n, Buffer) else None)
+
+
+def collect(node: Node, cls) -> list:
+    """All nodes of type ``cls`` below ``node``, in pre-order, without duplicates."""
+    seen: Dict[int, Node] = {}
+
+    def fn(n):
+        if isinstance(n, cls) and id(n) not in seen:
+            seen[id(n)] = n
+    pre_order_visit(node, fn)
+    return list(seen.values())
+
+
+def uses_var(node: Node, var: Var) -> bool:
+    found = []
+
+    def fn(n):
+        if found:
+            return False
+        if n is var:
+            found.append(n)
+        return None
+    pre_order_visit(node, fn)
+    return bool(found)

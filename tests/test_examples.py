@@ -1,0 +1,29 @@
+"""Every example in examples/ and every Python block in README.md runs."""
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
+def test_example_runs(path, tmp_path):
+    proc = subprocess.run([sys.executable, str(path)], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, f"{path.name} failed:\n{proc.stdout}\n{proc.stderr}"
+
+
+def _readme_blocks():
+    text = (ROOT / "README.md").read_text()
+    return re.findall(r"```python\n(.*?)```", text, flags=re.S)
+
+
+@pytest.mark.parametrize("index", range(len(_readme_blocks())))
+def test_readme_block_runs(index, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code = _readme_blocks()[index]
+    exec(compile(code, f"README.md block {index}", "exec"), {"__name__": "__readme__"})
