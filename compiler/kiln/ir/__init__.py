@@ -13,3 +13,5 @@ from .function import IRModule, PrimFunc, root_realize
 from .structural import assert_structural_equal, structural_equal, structural_hash
 from .functor import (children, collect, post_order_visit, pre_order_visit, substitute,
                       substitute_buffers, transform, uses_var)
+from .verify import VerifyError, verify
+from .analysis import infer_access_regions

@@ -59,7 +59,9 @@ class _Emitter:
         if isinstance(e, IntImm):
             return "True" if (e.dtype == "bool" and e.value) else ("False" if e.dtype == "bool" else str(e.value))
         if isinstance(e, FloatImm):
-            return f"_np.{dt.element(e.dtype)}({e.value!r})"
+            # repr of inf/nan is not a Python literal; float('inf') is.
+            v = repr(e.value) if math.isfinite(e.value) else f"float('{e.value}')"
+            return f"_np.{dt.element(e.dtype)}({v})"
         if isinstance(e, BufferLoad):
             return f"{self.name(e.buffer)}[{self.indices(e.indices)}]"
         if type(e) in _BINARY:
@@ -132,7 +134,7 @@ def _cast(x, dtype: str):
     if e == "bool":
         return bool(x)
     if dt.is_int(e):
-        v = int(x) if not isinstance(x, float) or math.isfinite(x) else 0
+        v = int(x) if not isinstance(x, (float, np.floating)) or math.isfinite(x) else 0
         return int(np.array(v).astype(e))  # wrap around like the machine does
     return getattr(np, e)(x)
 
