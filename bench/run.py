@@ -1,0 +1,43 @@
+"""Kiln's benchmark harness: `make bench` or `.venv/bin/python bench/run.py [NAME ...]`.
+
+Each benchmark runs Kiln and its reference (numpy, later onnxruntime) in the same process and
+reports both, so the ratio is meaningful even on a noisy machine. Results are printed as a
+Markdown table; paste them into bench/RESULTS.md with the command and the machine.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from harness import table  # noqa: E402
+
+BENCHMARKS = {
+    "matmul": lambda args: __import__("matmul").run(sizes=args.sizes, repeat=args.repeat),
+}
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("names", nargs="*", default=list(BENCHMARKS), help=f"any of {list(BENCHMARKS)}")
+    p.add_argument("--sizes", type=int, nargs="+", default=[512, 1024])
+    p.add_argument("--repeat", type=int, default=10)
+    args = p.parse_args(argv)
+    unknown = [n for n in args.names if n not in BENCHMARKS]
+    if unknown:
+        p.error(f"unknown benchmark(s) {unknown}; known: {list(BENCHMARKS)}")
+    print(f"# machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores")
+    for name in args.names:
+        rows = BENCHMARKS[name](args)
+        for r in rows:
+            if "kiln_gflops" in r:
+                r["ratio"] = r["kiln_gflops"] / r["numpy_gflops"]
+        print(table(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

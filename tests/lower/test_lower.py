@@ -1,0 +1,80 @@
+"""Lowering passes: opaque blocks and buffer compaction keep what a program computes."""
+import numpy as np
+
+import kiln
+from kiln import te
+from kiln.ir import Block, BlockRealize, IfThenElse, collect
+from kiln.lower import compact_buffers, lower_prim_func, opaque_blocks
+
+
+def _matmul(n=16):
+    A = te.placeholder((n, n), "float32", name="A")
+    B = te.placeholder((n, n), "float32", name="B")
+    k = te.reduce_axis((0, n), name="k")
+    C = te.compute((n, n), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")
+    return kiln.IRModule({"main": te.create_prim_func([A, B, C])})
+
+
+def _run(func, n=16, seed=0):
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((n, n), dtype=np.float32)
+    b = rng.standard_normal((n, n), dtype=np.float32)
+    c = np.zeros((n, n), np.float32)
+    kiln.evaluate(func, a, b, c)
+    np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
+
+
+def _tiled_with_local_accumulator(n=16):
+    sch = kiln.Schedule(_matmul(n))
+    c = sch.get_block("C")
+    i, j, k = sch.get_loops(c)
+    i0, i1 = sch.split(i, factors=[None, 4])
+    j0, j1 = sch.split(j, factors=[None, 8])
+    sch.reorder(i0, j0, k, i1, j1)
+    wb = sch.cache_write(c, 0, "local")
+    sch.reverse_compute_at(wb, j0)
+    sch.decompose_reduction(c, k)
+    return sch.mod["main"]
+
+
+def test_opaque_blocks_removes_iterators_and_makes_init_an_if():
+    func = _matmul()["main"]
+    low = opaque_blocks(func)
+    blocks = [b for b in collect(low.body, Block) if b.name_hint != "root"]
+    assert all(not b.iter_vars for b in blocks)
+    assert len(collect(low.body, IfThenElse)) == 1  # the init, guarded by k == 0
+    _run(low)
+
+
+def test_compaction_shrinks_accumulator_to_the_tile():
+    func = _tiled_with_local_accumulator()
+    low = lower_prim_func(func)
+    assert not low.root_block.alloc_buffers  # moved into the loop that uses it
+    (scope,) = [b for b in collect(low.body, Block) if b.alloc_buffers]
+    (buf,) = scope.alloc_buffers
+    assert [s.value for s in buf.shape] == [4, 8]
+    assert "C_local[i_1, j_1]" in low.script()
+    _run(low)
+
+
+def test_compaction_keeps_values_that_flow_between_iterations():
+    # The accumulator of a reduction whose init shares the k loop must not be allocated per k.
+    n = 8
+    A = te.placeholder((n, n), "float32", name="A")
+    k = te.reduce_axis((0, n), name="k")
+    S = te.compute((n,), lambda i: te.sum(A[i, k], axis=k), name="S")
+    Out = te.compute((n,), lambda i: S[i] * 2.0, name="Out")
+    sch = kiln.Schedule(kiln.IRModule({"main": te.create_prim_func([A, Out])}))
+    sch.compute_at(sch.get_block("S"), sch.get_loops(sch.get_block("Out"))[0])
+    low = lower_prim_func(sch.mod["main"])
+    (scope,) = [b for b in collect(low.body, Block) if b.alloc_buffers]
+    assert [s.value for s in scope.alloc_buffers[0].shape] == [1]
+    a = np.random.default_rng(1).standard_normal((n, n), dtype=np.float32)
+    out = np.zeros(n, np.float32)
+    kiln.evaluate(low, a, out)
+    np.testing.assert_allclose(out, a.sum(1) * 2, rtol=1e-5)
+
+
+def test_buffer_used_at_root_level_stays():
+    func = _matmul()["main"]
+    assert compact_buffers(opaque_blocks(func)).script() == opaque_blocks(func).script()
