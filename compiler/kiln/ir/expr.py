@@ -158,11 +158,17 @@ class IntImm(PrimExpr):
     value: int
     dtype: str = "int32"
 
+    def __post_init__(self):  # one spelling per value (numpy ints, bools), for structural equality
+        object.__setattr__(self, "value", int(self.value))
+
 
 @dataclass(frozen=True, eq=False, repr=False)
 class FloatImm(PrimExpr):
     value: float
     dtype: str = "float32"
+
+    def __post_init__(self):  # FloatImm(1) is FloatImm(1.0): one spelling per value
+        object.__setattr__(self, "value", float(self.value))
 
 
 @dataclass(frozen=True, eq=False, repr=False)
