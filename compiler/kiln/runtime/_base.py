@@ -1,0 +1,75 @@
+"""The cffi extension, the runtime's error type, and dtype names."""
+
+import functools
+import re
+
+try:
+    from .._ffi import ffi, lib
+except ImportError as e:  # pragma: no cover - depends on the build
+    raise ImportError(
+        "the Kiln runtime extension kiln._ffi is not built; run "
+        "`python runtime_c/build_ffi.py` (or `make runtime`) in the repository"
+    ) from e
+
+
+class KilnError(RuntimeError):
+    """An error reported by the Kiln C runtime. ``str(e)`` is the runtime's message verbatim,
+    e.g. ``main: argument 1 'B' expected shape (8,), got (9,)``; ``e.status`` is its status code
+    (``kiln_status_t``), ``e.status_name`` a short name such as ``"shape mismatch"``."""
+
+    def __init__(self, message, status):
+        super().__init__(message)
+        self.status = status
+
+    @property
+    def status_name(self):
+        return ffi.string(lib.kiln_status_string(self.status)).decode()
+
+
+def check(status):
+    """Raises KilnError with the calling thread's last runtime message unless status is OK."""
+    if status != lib.KILN_OK:
+        raise KilnError(ffi.string(lib.kiln_last_error()).decode("utf-8", "replace"), status)
+
+
+# dtype strings <-> DLPack (code, bits, lanes): "float32", "int8", "bool", "bfloat16",
+# "complex64", and vectors such as "float32x4" (4 lanes).
+_CODE_OF_PREFIX = {
+    "int": lib.kDLInt,
+    "uint": lib.kDLUInt,
+    "float": lib.kDLFloat,
+    "bfloat": lib.kDLBfloat,
+    "complex": lib.kDLComplex,
+    "bool": lib.kDLBool,
+}
+_PREFIX_OF_CODE = {code: prefix for prefix, code in _CODE_OF_PREFIX.items()}
+_BITS = {"int": (8, 16, 32, 64), "uint": (8, 16, 32, 64), "float": (16, 32, 64),
+         "bfloat": (16,), "complex": (64, 128), "bool": (8,)}
+_DTYPE = re.compile(r"(bool|[a-z]+)(\d*)(?:x(\d+))?")
+
+
+@functools.lru_cache(maxsize=256)
+def parse_dtype(dtype):
+    """(code, bits, lanes) of a dtype string, numpy dtype or numpy scalar type."""
+    if not isinstance(dtype, str):
+        import numpy as np
+
+        dtype = np.dtype(dtype).name
+    m = _DTYPE.fullmatch(dtype)
+    prefix, bits, lanes = m.groups() if m else (None, None, None)
+    bits = int(bits or (8 if prefix == "bool" else 0))
+    if prefix not in _BITS or bits not in _BITS[prefix] or lanes == "0":
+        raise ValueError(f"unsupported dtype {dtype!r}")
+    return _CODE_OF_PREFIX[prefix], bits, int(lanes or 1)
+
+
+def dtype_name(dl_dtype):
+    """The dtype string of a DLDataType."""
+    code, bits, lanes = dl_dtype.code, dl_dtype.bits, dl_dtype.lanes
+    if code == lib.kDLBool and bits == 8:
+        name = "bool"
+    elif code in _PREFIX_OF_CODE:
+        name = f"{_PREFIX_OF_CODE[code]}{bits}"
+    else:
+        name = f"dtype(code={code}, bits={bits})"
+    return name if lanes == 1 else f"{name}x{lanes}"

@@ -1,0 +1,296 @@
+/*
+ * kiln_runtime.h — the public C API of the Kiln runtime.
+ *
+ * Object model: a *module* holds named *functions*; calling a function takes and returns
+ * *values* (null, int, float, string, tensor, module, function). Tensors are DLPack DLTensors,
+ * so they cross into and out of numpy, PyTorch and others without copies. Every binding
+ * (Python, C++, Java) goes through kiln_function_call.
+ *
+ * Conventions
+ *   - Every fallible call returns kiln_status_t: KILN_OK (0) or an error code, and on error sets
+ *     a message for the calling thread, read with kiln_last_error().
+ *   - Outputs are trailing out_* parameters, written on success only.
+ *   - Tensors, modules and functions are reference counted. A function that returns one through
+ *     an out_* parameter hands the caller one reference, which the caller gives back with
+ *     *_release. Pointer parameters are borrowed for the duration of the call unless stated.
+ *   - Thread safety: every function may be called from any thread. Objects may be shared between
+ *     threads; retain/release are atomic. Tensor *contents* are not synchronised: two calls that
+ *     write the same tensor at once race, as they would on any array.
+ */
+#ifndef KILN_RUNTIME_H_
+#define KILN_RUNTIME_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "dlpack.h"
+#include "kiln_kernel_abi.h"
+
+/* Marks the exported API; the runtime is built with -fvisibility=hidden. */
+#if defined(__GNUC__)
+#define KILN_API __attribute__((visibility("default")))
+#else
+#define KILN_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---------------------------------------------------------------------------------------------
+ * Status and errors
+ * ------------------------------------------------------------------------------------------- */
+
+/* A status code. Codes are grouped by their high nibble so callers can branch on the kind of
+ * failure: 0x0_ runtime, 0x1_ bad argument, 0x2_ lookup, 0x3_ loading, 0x4_ resources. */
+typedef int32_t kiln_status_t;
+
+enum {
+  KILN_OK = 0,
+  KILN_ERR_INTERNAL = 0x01,          /* a bug in the runtime */
+  KILN_ERR_RUNTIME = 0x02,           /* a kernel or function reported failure while running */
+  KILN_ERR_INVALID_ARGUMENT = 0x10,  /* NULL pointer, wrong count or kind, not contiguous, ... */
+  KILN_ERR_SHAPE_MISMATCH = 0x11,    /* wrong ndim or extent, inconsistent symbolic dimension */
+  KILN_ERR_DTYPE_MISMATCH = 0x12,
+  KILN_ERR_DEVICE_MISMATCH = 0x13,
+  KILN_ERR_UNSUPPORTED = 0x14,       /* a well-formed request this runtime cannot serve */
+  KILN_ERR_NOT_FOUND = 0x20,         /* no function of that name */
+  KILN_ERR_IO = 0x30,                /* file missing or unreadable, dynamic loading failed */
+  KILN_ERR_INVALID_FORMAT = 0x31,    /* a loaded library or file is malformed */
+  KILN_ERR_VERSION_MISMATCH = 0x32,  /* built for another ABI or format version */
+  KILN_ERR_OUT_OF_MEMORY = 0x40
+};
+
+/* The message of the last failed call on the calling thread, e.g.
+ * "main: argument 1 'B' expected shape (8,), got (9,)". Never NULL ("" before any error).
+ * Successful calls leave it unchanged. The string is owned by the runtime and valid until the
+ * next failing call on the same thread. */
+KILN_API const char* kiln_last_error(void);
+
+/* Sets the calling thread's last-error message and returns `status` unchanged. For code outside
+ * the runtime that implements functions (callbacks, bindings) and reports errors through it.
+ * `message` is copied (truncated to 1023 bytes); NULL means "". */
+KILN_API kiln_status_t kiln_set_last_error(kiln_status_t status, const char* message);
+
+/* A short static name for a status code, e.g. "shape mismatch"; "unknown status" if unknown. */
+KILN_API const char* kiln_status_string(kiln_status_t status);
+
+/* ---------------------------------------------------------------------------------------------
+ * Memory
+ * ------------------------------------------------------------------------------------------- */
+
+#define KILN_ALIGNMENT 64  /* bytes; every runtime allocation, and every tensor's data */
+
+/* Allocates `nbytes` (0 allowed) aligned to KILN_ALIGNMENT. *out_ptr is owned by the caller and
+ * freed with kiln_memory_free. Errors: KILN_ERR_OUT_OF_MEMORY. */
+KILN_API kiln_status_t kiln_memory_alloc(size_t nbytes, void** out_ptr);
+
+/* Frees memory from kiln_memory_alloc. NULL is ignored. */
+KILN_API void kiln_memory_free(void* ptr);
+
+/* ---------------------------------------------------------------------------------------------
+ * Tensors
+ * ------------------------------------------------------------------------------------------- */
+
+#define KILN_MAX_NDIM 64
+
+/* A reference-counted tensor: a DLTensor plus ownership of (or a reference to) its memory. */
+typedef struct kiln_tensor_t kiln_tensor_t;
+
+/* Called once when the last reference to a wrapping tensor is released. */
+typedef void (*kiln_deleter_fn)(void* ctx);
+
+/* Creates a tensor of the given shape and dtype with uninitialised, KILN_ALIGNMENT-aligned
+ * memory owned by the tensor. shape: `ndim` entries >= 0 (borrowed; copied). Only CPU
+ * devices are supported. Strides are stored explicitly (compact row-major).
+ * Errors: KILN_ERR_INVALID_ARGUMENT (NULL out, ndim outside [0, KILN_MAX_NDIM], negative extent,
+ * bits or lanes zero, size overflow), KILN_ERR_UNSUPPORTED (non-CPU device),
+ * KILN_ERR_OUT_OF_MEMORY. */
+KILN_API kiln_status_t kiln_tensor_create(const int64_t* shape, int32_t ndim, DLDataType dtype,
+                                          DLDevice device, kiln_tensor_t** out_tensor);
+
+/* Wraps memory owned by someone else, without copying. `dl` is borrowed: its shape and strides
+ * are copied (strides NULL means compact), its data pointer is referenced. When the last
+ * reference is released, deleter(deleter_ctx) is called (if deleter is not NULL) so the owner
+ * can free the memory. On failure the deleter is NOT called; ownership stays with the caller.
+ * Errors: KILN_ERR_INVALID_ARGUMENT (NULL dl or out, bad ndim/extent/dtype, NULL data with a
+ * non-empty shape), KILN_ERR_OUT_OF_MEMORY. */
+KILN_API kiln_status_t kiln_tensor_wrap(const DLTensor* dl, kiln_deleter_fn deleter,
+                                        void* deleter_ctx, kiln_tensor_t** out_tensor);
+
+/* Adds / drops one reference. Releasing the last frees the tensor (or calls its deleter).
+ * NULL is ignored. */
+KILN_API void kiln_tensor_retain(kiln_tensor_t* tensor);
+KILN_API void kiln_tensor_release(kiln_tensor_t* tensor);
+
+/* The tensor's DLTensor, owned by the tensor and valid while the caller holds a reference.
+ * Read its fields and read/write the data it points to; do not change its fields. strides is
+ * never NULL. */
+KILN_API DLTensor* kiln_tensor_dltensor(kiln_tensor_t* tensor);
+
+/* Number of bytes of the tensor's data. */
+KILN_API size_t kiln_tensor_nbytes(const kiln_tensor_t* tensor);
+
+/* Non-zero when the memory must not be written (imported with DLPACK_FLAG_BITMASK_READ_ONLY). */
+KILN_API int32_t kiln_tensor_is_read_only(const kiln_tensor_t* tensor);
+
+/* Imports a DLPack managed tensor without copying. On success the tensor takes ownership of
+ * `managed` and calls its deleter when the last reference is released; on failure ownership
+ * stays with the caller (who must call managed->deleter). A read-only flag is kept (see
+ * kiln_tensor_is_read_only). Errors: KILN_ERR_INVALID_ARGUMENT (NULL, invalid DLTensor),
+ * KILN_ERR_VERSION_MISMATCH (major version != DLPACK_MAJOR_VERSION), KILN_ERR_OUT_OF_MEMORY. */
+KILN_API kiln_status_t kiln_tensor_from_dlpack(DLManagedTensorVersioned* managed,
+                                               kiln_tensor_t** out_tensor);
+KILN_API kiln_status_t kiln_tensor_from_dlpack_legacy(DLManagedTensor* managed,
+                                                      kiln_tensor_t** out_tensor);
+
+/* Exports the tensor for another framework without copying. *out_managed holds one reference
+ * to the tensor and is owned by the caller (the consumer), who calls (*out_managed)->deleter
+ * exactly once. Its DLTensor shares the tensor's shape, strides and data. Errors:
+ * KILN_ERR_INVALID_ARGUMENT (NULL), KILN_ERR_OUT_OF_MEMORY. */
+KILN_API kiln_status_t kiln_tensor_to_dlpack(kiln_tensor_t* tensor,
+                                             DLManagedTensorVersioned** out_managed);
+KILN_API kiln_status_t kiln_tensor_to_dlpack_legacy(kiln_tensor_t* tensor,
+                                                    DLManagedTensor** out_managed);
+
+/* ---------------------------------------------------------------------------------------------
+ * Modules, functions, values
+ * ------------------------------------------------------------------------------------------- */
+
+typedef struct kiln_module_t kiln_module_t;
+typedef struct kiln_function_t kiln_function_t;
+
+typedef enum {
+  KILN_VALUE_NULL = 0,
+  KILN_VALUE_INT = 1,       /* u.i */
+  KILN_VALUE_FLOAT = 2,     /* u.f */
+  KILN_VALUE_STRING = 3,    /* u.s, NUL-terminated UTF-8 */
+  KILN_VALUE_TENSOR = 4,    /* u.tensor */
+  KILN_VALUE_MODULE = 5,    /* u.module */
+  KILN_VALUE_FUNCTION = 6   /* u.function */
+} kiln_value_kind_t;
+
+/* One value. Whether it owns its payload depends on where it is:
+ *   - arguments passed to kiln_function_call are borrowed: the callee neither releases them nor
+ *     keeps them past the call without retaining (tensors, modules, functions) or copying
+ *     (strings);
+ *   - a value the runtime writes to an out_* parameter is owned by the caller: it holds one
+ *     reference to its tensor/module/function, or a string allocated by the runtime, and the
+ *     caller frees it with kiln_value_release. */
+typedef struct kiln_value_t {
+  int32_t kind;  /* a kiln_value_kind_t */
+  union {
+    int64_t i;
+    double f;
+    const char* s;
+    kiln_tensor_t* tensor;
+    kiln_module_t* module;
+    kiln_function_t* function;
+  } u;
+} kiln_value_t;
+
+/* Releases what an owned value holds (reference or string) and sets it to KILN_VALUE_NULL.
+ * NULL and null values are ignored. Never call it on borrowed values. */
+KILN_API void kiln_value_release(kiln_value_t* value);
+
+/* Makes *out_value an owned copy of `value` (borrowed): retains its object or duplicates its
+ * string. Errors: KILN_ERR_INVALID_ARGUMENT (NULL, unknown kind), KILN_ERR_OUT_OF_MEMORY. */
+KILN_API kiln_status_t kiln_value_copy(const kiln_value_t* value, kiln_value_t* out_value);
+
+/* Makes *out_value an owned string value holding a copy of `str` (borrowed).
+ * Errors: KILN_ERR_INVALID_ARGUMENT (NULL), KILN_ERR_OUT_OF_MEMORY. */
+KILN_API kiln_status_t kiln_value_from_string(const char* str, kiln_value_t* out_value);
+
+/* Loads a kernel library (a shared object built by Kiln's codegen) and exposes each of its
+ * kernels as a function. `path` is a file path (one without '/' is taken relative to the
+ * working directory, not searched for). The library table is validated before use (ABI
+ * version, counts, pointers, dtypes, ndim, symbolic dimension numbers, duplicate names); the
+ * loader's limits are 65536 kernels, 256 parameters and 64 symbolic dimensions per kernel, and
+ * KILN_MAX_NDIM dimensions per parameter. Kernels receive the caller's DLTensors unchanged: their
+ * data is at data + byte_offset, and its alignment is whatever the caller's memory has (tensors
+ * the runtime allocates are KILN_ALIGNMENT-aligned; wrapped numpy memory usually 16 bytes).
+ * The library stays loaded while the module or any of its functions is alive.
+ * Errors: KILN_ERR_INVALID_ARGUMENT (NULL), KILN_ERR_IO (cannot load the file),
+ * KILN_ERR_INVALID_FORMAT (no kiln_library_info symbol, malformed table),
+ * KILN_ERR_VERSION_MISMATCH (other kernel ABI version), KILN_ERR_OUT_OF_MEMORY. */
+KILN_API kiln_status_t kiln_module_load_library(const char* path, kiln_module_t** out_module);
+
+/* Makes a module over a kernel library that is linked into the program (no dlopen). `info` is
+ * borrowed for the module's whole lifetime (it is normally a static table). Validated like
+ * kiln_module_load_library. Errors: as kiln_module_load_library, minus KILN_ERR_IO. */
+KILN_API kiln_status_t kiln_module_from_library_info(const kiln_library_info_t* info,
+                                                     kiln_module_t** out_module);
+
+/* Adds / drops one reference. NULL is ignored. */
+KILN_API void kiln_module_retain(kiln_module_t* module);
+KILN_API void kiln_module_release(kiln_module_t* module);
+
+/* What kind of module this is, e.g. "library". Static string. */
+KILN_API const char* kiln_module_kind(const kiln_module_t* module);
+
+/* The number of functions and the name of function `index` (owned by the module, valid while
+ * it is alive; NULL when index is out of range), for listing. */
+KILN_API int32_t kiln_module_num_functions(const kiln_module_t* module);
+KILN_API const char* kiln_module_function_name(const kiln_module_t* module, int32_t index);
+
+/* Looks up a function by name. *out_function is a new reference; it keeps the module alive.
+ * Look up once and call many times: lookup may allocate, calling a kernel function does not.
+ * Errors: KILN_ERR_INVALID_ARGUMENT (NULL), KILN_ERR_NOT_FOUND (message lists the names
+ * available), KILN_ERR_OUT_OF_MEMORY. */
+KILN_API kiln_status_t kiln_module_get_function(kiln_module_t* module, const char* name,
+                                                kiln_function_t** out_function);
+
+/* Signature of a function implemented outside the runtime (see kiln_function_create). Same
+ * contract as kiln_function_call: args borrowed, *out_result written on success with an owned
+ * value (it starts as KILN_VALUE_NULL), errors reported with kiln_set_last_error. */
+typedef kiln_status_t (*kiln_callback_fn)(void* ctx, const kiln_value_t* args, int32_t num_args,
+                                          kiln_value_t* out_result);
+
+/* Makes a function that calls `callback(ctx, ...)`. `name` is copied. When the last reference is
+ * released, ctx_deleter(ctx) is called if not NULL; on failure it is not called.
+ * Errors: KILN_ERR_INVALID_ARGUMENT (NULL name or callback), KILN_ERR_OUT_OF_MEMORY. */
+KILN_API kiln_status_t kiln_function_create(const char* name, kiln_callback_fn callback,
+                                            void* ctx, kiln_deleter_fn ctx_deleter,
+                                            kiln_function_t** out_function);
+
+/* Adds / drops one reference. NULL is ignored. */
+KILN_API void kiln_function_retain(kiln_function_t* function);
+KILN_API void kiln_function_release(kiln_function_t* function);
+
+/* The function's name, owned by the function. */
+KILN_API const char* kiln_function_name(const kiln_function_t* function);
+
+/* Calls a function. `args` (num_args values, borrowed; may be NULL when num_args is 0). On
+ * success *out_result (if out_result is not NULL) receives an owned value, KILN_VALUE_NULL for
+ * functions that return nothing (kernels write their outputs into argument tensors). A kernel
+ * function checks every argument against the kernel's parameter table before running and
+ * fails with a message naming the kernel, the argument index and name, expected and given:
+ *   "main: expected 2 arguments, got 1"                           KILN_ERR_INVALID_ARGUMENT
+ *   "main: argument 0 'A' expected a tensor, got int"             KILN_ERR_INVALID_ARGUMENT
+ *   "main: argument 0 'A' is not contiguous"                      KILN_ERR_INVALID_ARGUMENT
+ *   "main: argument 0 'A' expected dtype float32, got int32"      KILN_ERR_DTYPE_MISMATCH
+ *   "main: argument 1 'B' expected shape (8,), got (9,)"          KILN_ERR_SHAPE_MISMATCH
+ *   "main: argument 0 'A' expected device cpu, got cuda:0"        KILN_ERR_DEVICE_MISMATCH
+ *   "main: kernel returned error code 3"                          KILN_ERR_RUNTIME
+ * Kernel functions run their parallel loops on the runtime's thread pool. Thread safety: a
+ * function may be called from several threads at once. */
+KILN_API kiln_status_t kiln_function_call(kiln_function_t* function, const kiln_value_t* args,
+                                          int32_t num_args, kiln_value_t* out_result);
+
+/* ---------------------------------------------------------------------------------------------
+ * Thread pool
+ * ------------------------------------------------------------------------------------------- */
+
+/* Sets how many threads (the caller included) run a kernel's parallel loops; 0 restores the
+ * default, the number of online cores. Waits for a running parallel loop to finish; idle worker
+ * threads are stopped and new ones start at the next parallel loop. Errors:
+ * KILN_ERR_INVALID_ARGUMENT (negative, or called from inside a parallel task). */
+KILN_API kiln_status_t kiln_set_num_threads(int32_t num_threads);
+
+/* The number of threads parallel loops use (>= 1). */
+KILN_API int32_t kiln_get_num_threads(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* KILN_RUNTIME_H_ */

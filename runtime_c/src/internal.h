@@ -1,0 +1,150 @@
+/*
+ * internal.h — declarations shared by the runtime's source files; not installed, not API.
+ *
+ * Build switches:
+ *   KILN_SINGLE_THREADED  no pthreads: parallel loops run on the caller, no thread-locals/atomics
+ *   KILN_FAULT_INJECTION  kiln_testing_fail_allocations_after() for allocation-failure tests
+ */
+#ifndef KILN_INTERNAL_H_
+#define KILN_INTERNAL_H_
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kiln_runtime.h"
+
+/* ---- portability ---------------------------------------------------------------------------- */
+
+#if defined(KILN_SINGLE_THREADED)
+#define KILN_THREAD_LOCAL
+#define KILN_ATOMIC_INC(p) (++*(p))
+#define KILN_ATOMIC_DEC(p) (--*(p))
+#else
+#define KILN_THREAD_LOCAL __thread
+/* Retains need no ordering; the release that drops the count to zero must see every write made
+ * through other references before the object is destroyed, hence acq_rel. */
+#define KILN_ATOMIC_INC(p) __atomic_add_fetch((p), 1, __ATOMIC_RELAXED)
+#define KILN_ATOMIC_DEC(p) __atomic_sub_fetch((p), 1, __ATOMIC_ACQ_REL)
+#endif
+
+#if defined(__GNUC__)
+#define KILN_PRINTF_FORMAT(fmt_index, first_arg) \
+  __attribute__((format(printf, fmt_index, first_arg)))
+#else
+#define KILN_PRINTF_FORMAT(fmt_index, first_arg)
+#endif
+
+/* Limits the library loader enforces; they bound the per-call stack arrays of kernel calls. */
+#define KILN_MAX_KERNEL_PARAMS 256
+#define KILN_MAX_KERNEL_SYMS 64
+#define KILN_MAX_KERNELS 65536
+
+/* ---- errors (error.c) and formatting (format.c) --------------------------------------------- */
+
+/* Formats the calling thread's last-error message and returns `status`. Supports the printf
+ * subset of format.c. Usage: return kiln_error(KILN_ERR_..., "%s: ...", name); */
+kiln_status_t kiln_error(kiln_status_t status, const char* fmt, ...) KILN_PRINTF_FORMAT(2, 3);
+
+/* snprintf without stdio, for the subset the runtime uses: %s %c %d %u %ld %lu %lld %llu %zu
+ * %x %%. Always NUL-terminates (when cap > 0); returns the length written (truncated). */
+size_t kiln_vformat(char* buf, size_t cap, const char* fmt, va_list ap);
+size_t kiln_format(char* buf, size_t cap, const char* fmt, ...) KILN_PRINTF_FORMAT(3, 4);
+
+#define KILN_SMALL_STRING 48  /* room for any dtype or device name */
+#define KILN_SHAPE_STRING 256 /* shapes longer than this are truncated in messages */
+
+/* "float32", "int8", "bool", "bfloat16", "float32x4", or "dtype(code=9, bits=8, lanes=1)". */
+void kiln_format_dtype(char* buf, size_t cap, DLDataType dtype);
+/* "cpu", "cuda:1", "device(type=12):0". */
+void kiln_format_device(char* buf, size_t cap, DLDevice device);
+/* "(8,)", "(2, 3)", "()". With sym_names, negative entries are symbolic dimension numbers
+ * named by sym_names[-1 - entry] (a kernel parameter's shape); without, they print as numbers. */
+void kiln_format_shape(char* buf, size_t cap, const int64_t* shape, int32_t ndim,
+                       const char* const* sym_names);
+/* "null", "int", "float", "string", "tensor", "module", "function", "unknown kind". */
+const char* kiln_value_kind_name(int32_t kind);
+
+/* ---- memory (memory.c) ---------------------------------------------------------------------- */
+
+/* KILN_ALIGNMENT-aligned allocation; NULL on failure, without setting an error (callers report
+ * what they were doing). Every runtime allocation goes through here so allocation-failure
+ * injection reaches all of them. */
+void* kiln_mem_alloc(size_t nbytes);
+void* kiln_mem_calloc(size_t nbytes);
+void kiln_mem_free(void* ptr);
+char* kiln_mem_strdup(const char* str);
+
+/* ---- tensors (tensor.c) --------------------------------------------------------------------- */
+
+#define KILN_TENSOR_FLAG_READ_ONLY 1u
+
+/* kiln_tensor_wrap with flags (KILN_TENSOR_FLAG_*). */
+kiln_status_t kiln_tensor_wrap_with_flags(const DLTensor* dl, kiln_deleter_fn deleter,
+                                          void* deleter_ctx, uint32_t flags,
+                                          kiln_tensor_t** out_tensor);
+
+/* ---- modules and functions (module.c) ------------------------------------------------------- */
+
+/* A module kind is a vtable. New kinds (the bytecode VM, ...) embed kiln_module_t as their
+ * first member, fill a static vtable and call kiln_module_init. */
+typedef struct kiln_module_vtable_t {
+  const char* kind;
+  /* Frees the module and everything it owns. Called once, when the last reference goes. */
+  void (*destroy)(kiln_module_t* module);
+  int32_t (*num_functions)(const kiln_module_t* module);
+  const char* (*function_name)(const kiln_module_t* module, int32_t index);
+  /* Returns KILN_ERR_NOT_FOUND without a message when there is no such function (the generic
+   * layer writes one listing the names); other errors set their own message. */
+  kiln_status_t (*get_function)(kiln_module_t* module, const char* name,
+                                kiln_function_t** out_function);
+} kiln_module_vtable_t;
+
+struct kiln_module_t {
+  const kiln_module_vtable_t* vtable;
+  int32_t refcount;
+  const char* name; /* for messages, e.g. the library path; owned by the implementation */
+};
+
+void kiln_module_init(kiln_module_t* module, const kiln_module_vtable_t* vtable,
+                      const char* name);
+
+typedef struct kiln_function_vtable_t {
+  /* Same contract as kiln_function_call; out_result is never NULL and starts as null. */
+  kiln_status_t (*call)(kiln_function_t* function, const kiln_value_t* args, int32_t num_args,
+                        kiln_value_t* out_result);
+  /* Frees the function's own memory; the generic layer then releases function->module. */
+  void (*destroy)(kiln_function_t* function);
+} kiln_function_vtable_t;
+
+struct kiln_function_t {
+  const kiln_function_vtable_t* vtable;
+  int32_t refcount;
+  const char* name;       /* owned by the implementation (or by its module) */
+  kiln_module_t* module;  /* one reference, so the module outlives the function; may be NULL */
+};
+
+/* Sets refcount to 1 and takes a reference to `module` (may be NULL). */
+void kiln_function_init(kiln_function_t* function, const kiln_function_vtable_t* vtable,
+                        const char* name, kiln_module_t* module);
+
+/* ---- thread pool (thread_pool.c) ------------------------------------------------------------ */
+
+/* Fills the context a kernel call passes to the kernel. Cheap: starts no thread. */
+void kiln_thread_pool_kernel_ctx(kiln_kernel_ctx_t* out_ctx);
+
+/* ---- platform (platform.c): everything that touches the OS besides threads ------------------ */
+
+/* dlopen(path) with RTLD_NOW | RTLD_LOCAL; a path without '/' is made relative to the working
+ * directory. Sets a KILN_ERR_IO error naming the path and the loader's reason. */
+kiln_status_t kiln_platform_library_open(const char* path, void** out_handle);
+void* kiln_platform_library_symbol(void* handle, const char* name);
+void kiln_platform_library_close(void* handle);
+
+void* kiln_platform_aligned_alloc(size_t alignment, size_t nbytes);
+void kiln_platform_aligned_free(void* ptr);
+
+/* Number of online cores, at least 1. */
+int32_t kiln_platform_num_cores(void);
+
+#endif /* KILN_INTERNAL_H_ */

@@ -1,0 +1,50 @@
+/* platform.c — the runtime's only contact with the operating system besides threads: dynamic
+ * loading, aligned memory and the core count. A port (or a static, bare-metal build) replaces
+ * this file. */
+#define _POSIX_C_SOURCE 200809L
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+kiln_status_t kiln_platform_library_open(const char* path, void** out_handle) {
+  /* dlopen searches the library path for a bare file name; Kiln users mean a file, so anchor a
+   * name without '/' to the working directory. */
+  const char* open_path = path;
+  char* anchored = NULL;
+  if (!strchr(path, '/')) {
+    size_t n = strlen(path);
+    anchored = kiln_mem_alloc(n + 3);
+    if (!anchored) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory loading '%s'", path);
+    memcpy(anchored, "./", 2);
+    memcpy(anchored + 2, path, n + 1);
+    open_path = anchored;
+  }
+  void* handle = dlopen(open_path, RTLD_NOW | RTLD_LOCAL);
+  kiln_mem_free(anchored);
+  if (!handle) {
+    const char* reason = dlerror();
+    return kiln_error(KILN_ERR_IO, "cannot load library '%s': %s", path,
+                      reason ? reason : "unknown reason");
+  }
+  *out_handle = handle;
+  return KILN_OK;
+}
+
+void* kiln_platform_library_symbol(void* handle, const char* name) { return dlsym(handle, name); }
+
+void kiln_platform_library_close(void* handle) { dlclose(handle); }
+
+void* kiln_platform_aligned_alloc(size_t alignment, size_t nbytes) {
+  void* p = NULL;
+  return posix_memalign(&p, alignment, nbytes) == 0 ? p : NULL;
+}
+
+void kiln_platform_aligned_free(void* ptr) { free(ptr); }
+
+int32_t kiln_platform_num_cores(void) {
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n >= 1 ? (int32_t)n : 1;
+}
