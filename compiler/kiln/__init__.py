@@ -18,6 +18,20 @@ _LAZY = {
     "Schedule": ("kiln.schedule", "Schedule"),
     "ScheduleError": ("kiln.schedule", "ScheduleError"),
     "evaluate": ("kiln.ir.evaluator", "evaluate"),
+    "lower": ("kiln.lower", None),
+    "codegen": ("kiln.codegen", None),
+    "build": ("kiln.driver", "build"),
+    "runtime": ("kiln.runtime", None),
+    "nd": ("kiln.runtime.nd", None),
+    "cpu": ("kiln.runtime", "cpu"),
+    "Device": ("kiln.runtime", "Device"),
+    "NDArray": ("kiln.runtime", "NDArray"),
+    "Module": ("kiln.runtime", "Module"),
+    "Function": ("kiln.runtime", "Function"),
+    "load_module": ("kiln.runtime", "load_module"),
+    "KilnError": ("kiln.runtime", "KilnError"),
+    "set_num_threads": ("kiln.runtime", "set_num_threads"),
+    "get_num_threads": ("kiln.runtime", "get_num_threads"),
 }
 
 

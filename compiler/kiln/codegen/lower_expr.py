@@ -1,0 +1,498 @@
+"""Lowering of tensor-IR expressions and buffer accesses to LLVM IR (a dispatch table on node
+type), for scalar code and for the inside of vectorized loops alike.
+
+Values. A lowered expression is one of
+  * an ``ir.Value`` scalar: the same in every lane ("uniform");
+  * an ``ir.Value`` vector: one element per lane of the vectorized loop ("varying");
+  * an ``Affine(base, stride)``: an integer whose lane k holds ``base + stride*k``. The
+    vectorized loop variable starts as ``Affine(start, 1)``; add/sub/mul-by-constant keep the
+    form, so a buffer index can be recognised as contiguous (stride 1: one vector load),
+    uniform (stride 0: one scalar load, splatted) or neither (a gather).
+
+Integers. Loop variables, block iterators and symbolic dimensions are held in i64 even when
+their dtype is int32, so index arithmetic is 64-bit throughout (no sign extensions in address
+computations, and the ``nsw`` flags let LLVM reason about induction variables). An int32
+value may therefore be held wider than its dtype; it is truncated where a value of exactly its
+dtype is needed (stores, casts). Overflow of int32/int64 index arithmetic is undefined (as in
+C); narrower integer dtypes (int8/int16/uint8) wrap.
+
+Floats. fadd/fsub/fmul carry the ``contract`` flag, so LLVM may fuse ``a*b + c`` into one FMA
+(like ``-ffp-contract=fast``): one rounding instead of two, which is what makes matmul inner
+loops run at FMA throughput. No other fast-math flag is set: NaN, inf and signed zeros keep
+IEEE semantics.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from llvmlite import ir
+
+from ..ir import dtype as dt
+from ..ir.expr import (Add, And, BufferLoad, Call, Cast, Div, EQ, FloatImm, FloorDiv, FloorMod, GE,
+                       GT, IntImm, LE, LT, Max, Min, Mul, NE, Not, Or, Select, Sub, Var)
+from . import cgutils as cg
+from . import mathfuncs
+from .errors import CodegenError
+
+CONTRACT = ("contract",)
+
+
+@dataclass(frozen=True)
+class Affine:
+    """An integer that is ``base + stride * k`` in lane k of the current vectorized loop."""
+    base: ir.Value
+    stride: int
+
+
+@dataclass(frozen=True)
+class VecState:
+    """Lowering is inside a vectorized loop chunk of ``lanes`` lanes, of which ``mask`` (an i1
+    vector, or None for all) are active."""
+    lanes: int
+    mask: Optional[ir.Value] = None
+
+
+@dataclass
+class BufInfo:
+    """Where a buffer lives: its data pointer and row-major strides (ints or i64 values)."""
+    ptr: ir.Value
+    strides: list
+
+
+def _signed(dtype: str) -> bool:
+    return not (dt.is_uint(dtype) or dt.is_bool(dtype))
+
+
+class ExprLowerer:
+    """Expression half of the function lowerer. Needs ``self.b`` (IRBuilder), ``self.vars``
+    (Var -> value), ``self.bufs`` (Buffer -> BufInfo) and ``self.vec`` (VecState or None)."""
+
+    b: ir.IRBuilder
+    vec: Optional[VecState]
+
+    # ---- entry points ----------------------------------------------------------------------
+    def expr(self, e):
+        """Lower ``e`` to a scalar, vector or Affine value."""
+        rule = _RULES.get(type(e))
+        if rule is None:
+            raise CodegenError(f"codegen cannot lower expression {type(e).__name__}: {e!r}")
+        return rule(self, e)
+
+    def value(self, e):
+        """Lower ``e`` to a plain LLVM value (an Affine becomes a vector)."""
+        return self.materialize(self.expr(e))
+
+    def scalar_index(self, e):
+        """Lower a uniform integer expression (a loop bound, a shape) to a scalar i64."""
+        v = self.expr(e)
+        if isinstance(v, Affine) or cg.is_vector(v):
+            raise CodegenError(f"expression {e!r} varies across the lanes of a vectorized loop "
+                               "but is used where one value is needed (a loop bound or shape)")
+        return self._widen(v, 64, _signed(e.dtype))
+
+    def materialize(self, v):
+        if not isinstance(v, Affine):
+            return v
+        lanes = self.vec.lanes
+        return self.b.add(cg.broadcast(self.b, v.base, lanes),
+                          cg.iota(v.base.type, lanes, 0, v.stride), flags=("nsw",))
+
+    # ---- operand plumbing --------------------------------------------------------------------
+    def _widen(self, v, width: int, signed: bool):
+        """Bring an integer value to ``width`` bits (values are never narrowed here)."""
+        if isinstance(v, Affine):
+            return Affine(self._widen(v.base, width, signed), v.stride)
+        have = cg.int_width(v.type)
+        if have >= width:
+            return v
+        ty = cg.with_lanes(ir.IntType(width), cg.lanes_of(v))
+        c = cg.constant_int(v)
+        if c is not None:
+            return ir.Constant(ty, c if signed or c >= 0 else c + (1 << have))
+        return self.b.sext(v, ty) if signed else self.b.zext(v, ty)
+
+    def _pair(self, a, b, dtype: str):
+        """Materialise two operands and give them one type (int width, lane count)."""
+        a, b = self.materialize(a), self.materialize(b)
+        if not cg.is_float_type(a.type):
+            w = max(cg.int_width(a.type), cg.int_width(b.type))
+            a, b = self._widen(a, w, _signed(dtype)), self._widen(b, w, _signed(dtype))
+        lanes = max(cg.lanes_of(a), cg.lanes_of(b))
+        return cg.broadcast(self.b, a, lanes), cg.broadcast(self.b, b, lanes)
+
+    def fit(self, v, dtype: str):
+        """A value of exactly ``dtype``'s register type (truncating a widened int)."""
+        v = self.materialize(v)
+        want = cg.with_lanes(cg.scalar_type(dtype), cg.lanes_of(v))
+        if v.type == want or cg.is_float_type(want):
+            return v
+        if cg.int_width(v.type) > cg.int_width(want):
+            return self.b.trunc(v, want)
+        return self._widen(v, cg.int_width(want), _signed(dtype))
+
+    def _iarith(self, op: str, a, b, dtype: str):
+        """Integer add/sub/mul keeping the Affine form where possible."""
+        builder = self.b
+        if isinstance(a, Affine) or isinstance(b, Affine):
+            sa, sb = (a.stride if isinstance(a, Affine) else 0), (b.stride if isinstance(b, Affine) else 0)
+            ba, bb = (a.base if isinstance(a, Affine) else a), (b.base if isinstance(b, Affine) else b)
+            if not cg.is_vector(ba) and not cg.is_vector(bb):
+                if op in ("add", "sub"):
+                    base = self._iarith(op, ba, bb, dtype)
+                    stride = sa + sb if op == "add" else sa - sb
+                    return Affine(base, stride) if stride else base
+                c = cg.constant_int(bb) if sb == 0 else (cg.constant_int(ba) if sa == 0 else None)
+                if c is not None:
+                    aff = a if isinstance(a, Affine) else b
+                    base = self._iarith("mul", aff.base, ir.Constant(aff.base.type, c), dtype)
+                    return Affine(base, aff.stride * c) if aff.stride * c else base
+        a, b = self._pair(a, b, dtype)
+        ca, cb = cg.constant_int(a), cg.constant_int(b)
+        if op == "mul" and (ca == 1 or cb == 1):
+            return b if ca == 1 else a
+        if op in ("add", "sub") and cb == 0:
+            return a
+        if op == "add" and ca == 0:
+            return b
+        # Widened (index) arithmetic cannot overflow in a valid program: say so, for LLVM.
+        flags = ("nsw",) if cg.int_width(a.type) > dt.bits(dtype) else ()
+        return getattr(builder, op)(a, b, flags=flags)
+
+    # ---- memory ------------------------------------------------------------------------------
+    def buf(self, buffer) -> BufInfo:
+        try:
+            return self.bufs[buffer]
+        except KeyError:
+            raise CodegenError(f"buffer '{buffer.name}' is used but is neither a parameter of the "
+                               "function nor allocated by an enclosing block") from None
+
+    def offset(self, buffer, indices):
+        """The flat (row-major) element offset of ``buffer[indices]`` in i64."""
+        info = self.buf(buffer)
+        if len(indices) != len(info.strides):
+            raise CodegenError(f"buffer '{buffer.name}' has {len(info.strides)} dimensions but is "
+                               f"indexed with {len(indices)}")
+        off = cg.I64(0)
+        for idx, stride in zip(indices, info.strides):
+            v = self._widen(self.expr(idx), 64, _signed(idx.dtype))
+            s = cg.I64(stride) if isinstance(stride, int) else stride
+            off = self._iarith("add", off, self._iarith("mul", v, s, "int32"), "int32")
+        return off
+
+    def load(self, buffer, indices):
+        info = self.buf(buffer)
+        mty = cg.memory_type(buffer.dtype)
+        align = max(1, dt.bits(buffer.dtype) // 8)
+        off = self.offset(buffer, indices)
+        b = self.b
+        if isinstance(off, Affine) and off.stride == 1:
+            ptr = b.gep(info.ptr, [off.base], inbounds=True, source_etype=mty)
+            vty = ir.VectorType(mty, self.vec.lanes)
+            if self.vec.mask is None:
+                v = b.load(ptr, typ=vty, align=align)
+            else:
+                fn = cg.intrinsic(b.module, "llvm.masked.load", vty, [cg.PTR, cg.I32, self.vec.mask.type, vty],
+                                  [vty, cg.PTR])
+                v = b.call(fn, [ptr, cg.I32(align), self.vec.mask, ir.Constant(vty, ir.Undefined)])
+        elif isinstance(off, Affine) or cg.is_vector(off):
+            v = self._gather(info.ptr, self.materialize(off), mty, align)
+        else:
+            v = b.load(b.gep(info.ptr, [off], inbounds=True, source_etype=mty), typ=mty, align=align)
+        if dt.is_bool(buffer.dtype):
+            v = b.icmp_unsigned("!=", v, cg.const_like(v, 0))
+        return v
+
+    def _vector_ptrs(self, base, offs, mty):
+        ptrs = self.b.gep(base, [offs], inbounds=True, source_etype=mty)
+        ptrs.type = ir.VectorType(cg.PTR, offs.type.count)  # llvmlite types vector GEPs as scalar
+        return ptrs
+
+    def _all_or_mask(self, lanes):
+        return self.vec.mask if self.vec.mask is not None else cg.const(ir.VectorType(cg.I1, lanes), 1)
+
+    def _gather(self, base, offs, mty, align):
+        lanes = offs.type.count
+        vty = ir.VectorType(mty, lanes)
+        ptrs = self._vector_ptrs(base, offs, mty)
+        mask = self._all_or_mask(lanes)
+        fn = cg.intrinsic(self.b.module, "llvm.masked.gather", vty, [ptrs.type, cg.I32, mask.type, vty],
+                          [vty, ptrs.type])
+        return self.b.call(fn, [ptrs, cg.I32(align), mask, ir.Constant(vty, ir.Undefined)])
+
+    def store(self, buffer, value, indices):
+        info = self.buf(buffer)
+        mty = cg.memory_type(buffer.dtype)
+        align = max(1, dt.bits(buffer.dtype) // 8)
+        b = self.b
+        v = self.fit(self.expr(value), buffer.dtype)
+        off = self.offset(buffer, indices)
+        if dt.is_bool(buffer.dtype):
+            v = b.zext(v, cg.with_lanes(cg.I8, cg.lanes_of(v)))
+        if self.vec is None or not (isinstance(off, Affine) or cg.is_vector(off)):
+            if cg.is_vector(v):  # a uniform address in a vectorized loop: the last lane wins
+                if self.vec.mask is not None:
+                    raise CodegenError(f"store to '{buffer.name}' at an index that does not vary with "
+                                       "the vectorized loop, under a lane-dependent condition")
+                v = b.extract_element(v, cg.I32(cg.lanes_of(v) - 1))
+            b.store(v, b.gep(info.ptr, [off], inbounds=True, source_etype=mty), align=align)
+            return
+        lanes = self.vec.lanes
+        v = cg.broadcast(b, v, lanes)
+        if isinstance(off, Affine) and off.stride == 1:
+            ptr = b.gep(info.ptr, [off.base], inbounds=True, source_etype=mty)
+            if self.vec.mask is None:
+                b.store(v, ptr, align=align)
+            else:
+                fn = cg.intrinsic(b.module, "llvm.masked.store", ir.VoidType(),
+                                  [v.type, cg.PTR, cg.I32, self.vec.mask.type], [v.type, cg.PTR])
+                b.call(fn, [v, ptr, cg.I32(align), self.vec.mask])
+            return
+        # Scatter: lanes are written in order, so colliding addresses keep the last lane's
+        # value, as a sequential loop would.
+        ptrs = self._vector_ptrs(info.ptr, self.materialize(off), mty)
+        mask = self._all_or_mask(lanes)
+        fn = cg.intrinsic(b.module, "llvm.masked.scatter", ir.VoidType(), [v.type, ptrs.type, cg.I32, mask.type],
+                          [v.type, ptrs.type])
+        b.call(fn, [v, ptrs, cg.I32(align), mask])
+
+
+# ---- expression rules: one function per node type ---------------------------------------------
+
+def _var(self: ExprLowerer, e: Var):
+    try:
+        return self.vars[e]
+    except KeyError:
+        raise CodegenError(f"variable '{e.name}' is used outside the scope that binds it (not a "
+                           "loop variable, block iterator or symbolic dimension of a parameter)") from None
+
+
+def _int_imm(self, e: IntImm):
+    return ir.Constant(cg.scalar_type(e.dtype), int(e.value))
+
+
+def _float_imm(self, e: FloatImm):
+    return ir.Constant(cg.scalar_type(e.dtype), float(e.value))
+
+
+def _arith(op_int: str, op_float: str):
+    def rule(self: ExprLowerer, e):
+        a, b = self.expr(e.a), self.expr(e.b)
+        if dt.is_float(e.dtype):
+            a, b = self._pair(a, b, e.dtype)
+            return getattr(self.b, op_float)(a, b, flags=CONTRACT)
+        return self._iarith(op_int, a, b, e.dtype)
+    return rule
+
+
+def _div(self: ExprLowerer, e: Div):
+    if not dt.is_float(e.dtype):
+        raise CodegenError(f"'/' on {e.dtype} values is not defined; use FloorDiv ('//'): {e!r}")
+    a, b = self._pair(self.expr(e.a), self.expr(e.b), e.dtype)
+    return self.b.fdiv(a, b)
+
+
+def _floor_divmod(is_mod: bool):
+    def rule(self: ExprLowerer, e):
+        a, b = self.expr(e.a), self.expr(e.b)
+        c = cg.constant_int(b) if not isinstance(b, Affine) else None
+        if isinstance(a, Affine) and c and c > 0 and a.stride % c == 0:
+            # (base + s*k) // c == base // c + (s/c)*k exactly when c divides s.
+            q = _int_floordiv(self, a.base, ir.Constant(a.base.type, c), True, is_mod)
+            return q if is_mod or a.stride == 0 else Affine(q, a.stride // c)
+        a, b = self._pair(a, b, e.dtype)
+        if dt.is_float(e.dtype):
+            return _float_floordiv(self.b, a, b, is_mod)
+        return _int_floordiv(self, a, b, _signed(e.dtype), is_mod)
+    return rule
+
+
+def _int_floordiv(self, a, b, signed: bool, is_mod: bool):
+    bl = self.b
+    if self.vec is not None and self.vec.mask is not None and cg.is_vector(b):
+        # Inactive lanes hold whatever a masked load left there; integer division traps on a
+        # zero divisor, so give those lanes a harmless one.
+        b = bl.select(self.vec.mask, b, cg.const_like(b, 1))
+    if not signed:
+        return bl.urem(a, b) if is_mod else bl.udiv(a, b)
+    c = cg.constant_int(b)
+    if c is not None and c > 0 and c & (c - 1) == 0:  # power of two: shifts are exact floors
+        return bl.and_(a, cg.const_like(a, c - 1)) if is_mod else bl.ashr(a, cg.const_like(a, c.bit_length() - 1))
+    q, r = bl.sdiv(a, b), bl.srem(a, b)
+    zero = cg.const_like(r, 0)
+    # C division truncates; floor differs when the remainder is non-zero and its sign differs
+    # from the divisor's.
+    fix = bl.and_(bl.icmp_signed("!=", r, zero), bl.icmp_signed("<", bl.xor(r, b), zero))
+    if is_mod:
+        return bl.add(r, bl.select(fix, b, zero))
+    return bl.sub(q, bl.zext(fix, q.type))
+
+
+def _float_floordiv(bl: ir.IRBuilder, a, b, is_mod: bool):
+    """numpy's floor_divide / remainder on floats (npy_divmod), branch-free."""
+    zero = cg.const_like(a, 0.0)
+    mod = bl.frem(a, b)
+    fix = bl.and_(bl.fcmp_ordered("!=", mod, zero),
+                  bl.icmp_unsigned("!=", bl.fcmp_ordered("<", b, zero), bl.fcmp_ordered("<", mod, zero)))
+    if is_mod:
+        m = bl.select(fix, bl.fadd(mod, b), mod)
+        return bl.select(bl.fcmp_ordered("==", m, zero), cg.call_intrinsic(bl, "llvm.copysign", zero, b), m)
+    div = bl.fdiv(bl.fsub(a, mod), b)
+    div = bl.select(fix, bl.fsub(div, cg.const_like(a, 1.0)), div)
+    fl = cg.call_intrinsic(bl, "llvm.floor", div)
+    fl = bl.select(bl.fcmp_ordered(">", bl.fsub(div, fl), cg.const_like(a, 0.5)),
+                   bl.fadd(fl, cg.const_like(a, 1.0)), fl)
+    quot = bl.fdiv(a, b)
+    res = bl.select(bl.fcmp_ordered("!=", div, zero), fl, cg.call_intrinsic(bl, "llvm.copysign", zero, quot))
+    return bl.select(bl.fcmp_ordered("==", b, zero), quot, res)
+
+
+def _minmax(is_min: bool):
+    def rule(self: ExprLowerer, e):
+        a, b = self._pair(self.expr(e.a), self.expr(e.b), e.dtype)
+        # Python's min(a, b) keeps a unless b < a (max: unless b > a); this select is also the
+        # exact semantics of x86 minps/maxps, so it costs one instruction.
+        op = "<" if is_min else ">"
+        if dt.is_float(e.dtype):
+            c = self.b.fcmp_ordered(op, b, a)
+        elif _signed(e.dtype):
+            c = self.b.icmp_signed(op, b, a)
+        else:
+            c = self.b.icmp_unsigned(op, b, a)
+        return self.b.select(c, b, a)
+    return rule
+
+
+_SWAPPED = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "!=": "!="}
+
+
+def _affine_compare(self: ExprLowerer, op: str, a, b):
+    """``base + s*k OP c`` as ``s*k OP (c - base)``: one compare of a constant i32 vector with a
+    splatted scalar, instead of materialising 64-bit lane indices (split-loop predicates)."""
+    if not isinstance(a, Affine):
+        a, b, op = b, a, _SWAPPED[op]
+    if isinstance(b, Affine):
+        if b.stride != a.stride:
+            return None
+        return self.b.icmp_signed(op, *self._pair(a.base, b.base, "int64"))  # lane-independent
+    if cg.is_vector(b) or abs(a.stride) * self.vec.lanes >= 2 ** 31:
+        return None
+    bl = self.b
+    d = self._iarith("sub", self._widen(b, 64, True), self._widen(a.base, 64, True), "int32")
+    lo, hi = cg.I64(-2 ** 31), cg.I64(2 ** 31 - 1)   # saturate: lanes' offsets fit in i32
+    d = bl.select(bl.icmp_signed("<", d, lo), lo, bl.select(bl.icmp_signed(">", d, hi), hi, d))
+    d = cg.broadcast(bl, bl.trunc(d, cg.I32), self.vec.lanes)
+    return bl.icmp_signed(op, cg.iota(cg.I32, self.vec.lanes, 0, a.stride), d)
+
+
+def _compare(op: str):
+    def rule(self: ExprLowerer, e):
+        a, b = self.expr(e.a), self.expr(e.b)
+        if (isinstance(a, Affine) or isinstance(b, Affine)) and _signed(e.a.dtype):
+            r = _affine_compare(self, op, a, b)
+            if r is not None:
+                return r
+        a, b = self._pair(a, b, e.a.dtype)
+        if dt.is_float(e.a.dtype):  # != is true on NaN, the others false (IEEE, like numpy)
+            return (self.b.fcmp_unordered if op == "!=" else self.b.fcmp_ordered)(op, a, b)
+        if _signed(e.a.dtype):
+            return self.b.icmp_signed(op, a, b)
+        return self.b.icmp_unsigned(op, a, b)
+    return rule
+
+
+def _logic(op: str):
+    def rule(self: ExprLowerer, e):
+        a, b = self._pair(self.expr(e.a), self.expr(e.b), e.dtype)
+        return getattr(self.b, op)(a, b)
+    return rule
+
+
+def _not(self: ExprLowerer, e: Not):
+    a = self.value(e.a)
+    if cg.int_width(a.type) != 1:
+        a = self.b.icmp_unsigned("!=", a, cg.const_like(a, 0))
+    return self.b.not_(a)
+
+
+def _select(self: ExprLowerer, e: Select):
+    cond = self.value(e.condition)
+    t, f = self._pair(self.expr(e.true_value), self.expr(e.false_value), e.dtype)
+    if cg.is_vector(cond) and not cg.is_vector(t):
+        t, f = cg.broadcast(self.b, t, cond.type.count), cg.broadcast(self.b, f, cond.type.count)
+    return self.b.select(cond, t, f)
+
+
+def _cast(self: ExprLowerer, e: Cast):
+    src, dst = e.value.dtype, e.dtype
+    v = self.expr(e.value)
+    if dt.element(src) == dt.element(dst):
+        return v
+    if isinstance(v, Affine) and dt.is_int(src) and dt.is_int(dst):
+        return Affine(convert(self.b, v.base, src, dst), v.stride)
+    return convert(self.b, self.materialize(v), src, dst)
+
+
+def convert(b: ir.IRBuilder, v, src: str, dst: str):
+    """Convert ``v`` (of dtype ``src``, possibly held in a wider int) to dtype ``dst``."""
+    lanes = cg.lanes_of(v)
+    to = cg.with_lanes(cg.scalar_type(dst), lanes)
+    if dt.is_bool(dst):
+        if dt.is_float(src):   # NaN is truthy, as in Python
+            return b.fcmp_unordered("!=", v, cg.const_like(v, 0.0))
+        return b.icmp_unsigned("!=", v, cg.const_like(v, 0))
+    if dt.is_float(src) and dt.is_float(dst):
+        fb, tb = dt.bits(src), dt.bits(dst)
+        return v if fb == tb else (b.fpext(v, to) if tb > fb else b.fptrunc(v, to))
+    if dt.is_float(dst):
+        return b.sitofp(v, to) if _signed(src) else b.uitofp(v, to)
+    if dt.is_float(src):
+        # Saturating conversion (NaN -> 0, no poison), then wrap to narrower types like numpy's
+        # astype does for in-range-of-int32 values.
+        wide = cg.I64 if dt.bits(dst) == 64 else cg.I32
+        wty = cg.with_lanes(wide, lanes)
+        r = cg.call_intrinsic(b, "llvm.fptosi.sat", v, ret=wty, mangle=[wty, v.type])
+        return r if wide.width == dt.bits(dst) else b.trunc(r, to)
+    have, want = cg.int_width(v.type), dt.bits(dst)
+    if have == want:
+        return v
+    if have > want:
+        return b.trunc(v, to)
+    return b.sext(v, to) if _signed(src) else b.zext(v, to)
+
+
+def _call(self: ExprLowerer, e: Call):
+    b = self.b
+    args = [self.value(a) for a in e.args]
+    if e.op == "abs" and not dt.is_float(e.dtype):
+        x = self.fit(args[0], e.dtype)
+        if not _signed(e.dtype):
+            return x
+        return cg.call_intrinsic(b, "llvm.abs", x, extra=[cg.I1(0)])
+    if not dt.is_float(e.dtype):
+        raise CodegenError(f"intrinsic {e.op} needs float arguments, got {e.dtype}: {e!r}")
+    args = [self.fit(a, e.dtype) for a in args]
+    x = args[0]
+    if e.op in mathfuncs._FUNCS:
+        return mathfuncs.apply(b, e.op, x)
+    if e.op == "rsqrt":
+        return b.fdiv(cg.const_like(x, 1.0), cg.call_intrinsic(b, "llvm.sqrt", x))
+    if e.op == "pow":
+        x, y = self._pair(x, args[1], e.dtype)
+        return cg.call_intrinsic(b, "llvm.pow", x, y)
+    name = {"sqrt": "llvm.sqrt", "abs": "llvm.fabs", "floor": "llvm.floor", "ceil": "llvm.ceil",
+            "round": "llvm.roundeven", "sin": "llvm.sin", "cos": "llvm.cos"}[e.op]
+    return cg.call_intrinsic(b, name, x)
+
+
+_RULES = {
+    Var: _var, IntImm: _int_imm, FloatImm: _float_imm,
+    Add: _arith("add", "fadd"), Sub: _arith("sub", "fsub"), Mul: _arith("mul", "fmul"),
+    Div: _div, FloorDiv: _floor_divmod(False), FloorMod: _floor_divmod(True),
+    Min: _minmax(True), Max: _minmax(False),
+    EQ: _compare("=="), NE: _compare("!="), LT: _compare("<"), LE: _compare("<="),
+    GT: _compare(">"), GE: _compare(">="),
+    And: _logic("and_"), Or: _logic("or_"), Not: _not, Select: _select, Cast: _cast,
+    BufferLoad: lambda self, e: self.load(e.buffer, e.indices),
+    Call: _call,
+}
