@@ -15,3 +15,8 @@ from .functor import (children, collect, post_order_visit, pre_order_visit, subs
                       substitute_buffers, transform, uses_var)
 from .verify import VerifyError, verify
 from .analysis import infer_access_regions
+from . import graph
+from .graph import (Binding, BindingBlock, Call as GraphCall, Constant, ExternFunc, Function,
+                    GlobalVar, GraphExpr, GraphVar, TensorType, Tuple as GraphTuple, TupleGetItem,
+                    TupleType, Type, call_dps_packed, call_tir)
+from .graph_builder import FunctionBuilder

@@ -24,7 +24,8 @@ def node_fields(cls) -> tuple:
 
 
 def is_leaf(node) -> bool:
-    return isinstance(node, (Var, Buffer))
+    from .graph import GraphVar  # graph variables are identities too
+    return isinstance(node, (Var, Buffer, GraphVar))
 
 
 def _iter_children(value):

@@ -16,6 +16,7 @@ import dataclasses
 import math
 
 from .expr import Buffer, Node, Var
+from .graph import GraphVar
 from .function import IRModule
 from .functor import node_fields
 
@@ -28,7 +29,7 @@ class _Matcher:
     def eq(self, a, b) -> bool:
         if type(a) is not type(b):
             return False
-        if isinstance(a, (Var, Buffer)):
+        if isinstance(a, (Var, Buffer, GraphVar)):
             return self._match_def(a, b)
         if isinstance(a, IRModule):
             if sorted(a.functions) != sorted(b.functions):
@@ -62,6 +63,8 @@ class _Matcher:
             return False
         if isinstance(a, Var):
             ok = a.dtype == b.dtype
+        elif isinstance(a, GraphVar):
+            ok = self._at("ty", a.ty, b.ty)
         else:
             ok = (a.dtype == b.dtype and a.scope == b.scope
                   and self._at("shape", a.shape, b.shape))
@@ -96,9 +99,11 @@ def structural_hash(node) -> int:
     ids = {}
 
     def h(x):
-        if isinstance(x, (Var, Buffer)):
+        if isinstance(x, (Var, Buffer, GraphVar)):
             if id(x) not in ids:
                 ids[id(x)] = len(ids)
+                if isinstance(x, GraphVar):
+                    return hash(("def", "GraphVar", h(x.ty)))
                 extra = h(x.shape) if isinstance(x, Buffer) else 0
                 return hash(("def", type(x).__name__, x.dtype, extra))
             return hash(("use", ids[id(x)]))
