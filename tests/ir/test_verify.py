@@ -164,3 +164,17 @@ def test_all_problems_are_listed_and_lone_func_named():
     assert all(p.startswith("function 'f', block 'B'") for p in info.value.problems)
     with pytest.raises(TypeError):
         verify("not a function")
+
+
+def test_structural_equal_scopes_variables_per_function_and_nan_constants():
+    import numpy as np
+    from kiln.ir import Constant, Function, GraphVar, IRModule, TensorType, Var, structural_equal, structural_hash
+    n, m = Var("n"), Var("m")
+    shared = IRModule({"a": Function((GraphVar("x", TensorType((n,))),), (), Constant(np.float32(0))),
+                       "b": Function((GraphVar("y", TensorType((n,))),), (), Constant(np.float32(0)))})
+    apart = IRModule({"a": Function((GraphVar("x", TensorType((n,))),), (), Constant(np.float32(0))),
+                      "b": Function((GraphVar("y", TensorType((m,))),), (), Constant(np.float32(0)))})
+    assert structural_equal(shared, apart) and structural_hash(shared) == structural_hash(apart)
+    nan = np.array([np.nan, 1.0], "float32")
+    assert structural_equal(Constant(nan), Constant(nan.copy()))
+    assert Constant(np.array(0.5, "float32")).data.shape == ()

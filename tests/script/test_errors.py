@@ -63,7 +63,7 @@ def test_error_names_line_and_expectation(body, line, words):
 
 
 @pytest.mark.parametrize("text,line,words", [
-    ("def main(A: T.Buffer((8,))):\n    pass", 1, "needs a function-kind decorator (@T.prim_func)"),
+    ("def main(A: T.Buffer((8,))):\n    pass", 1, "needs a function-kind decorator (@T.prim_func or @R.function)"),
     ("@T.prim_func\ndef main(A):\n    pass", 2, "parameter 'A': expected an annotation T.Buffer"),
     ("@T.prim_func\ndef main(A: T.Buffer((n,), 'float32')):\n    pass", 2,
      "declare symbolic sizes at the top of the body: n = T.int32()"),

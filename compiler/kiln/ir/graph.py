@@ -87,7 +87,10 @@ class Constant(GraphExpr):
     ty: Type = None  # type: ignore[assignment]
 
     def __post_init__(self):
-        arr = np.ascontiguousarray(self.data)
+        arr = np.asarray(self.data)
+        # A read-only view (or a C-ordered copy): the caller's array stays writable, and 0-d
+        # data stays 0-d (np.ascontiguousarray would make it 1-d).
+        arr = arr.view() if arr.flags.c_contiguous else arr.copy(order="C")
         arr.setflags(write=False)
         object.__setattr__(self, "data", arr)
         if self.ty is None:

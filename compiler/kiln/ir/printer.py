@@ -67,24 +67,39 @@ def to_text(node) -> str:
         return f"{p.use(node.var)} = T.axis.{node.kind}({p.dom(node.dom)})"
     if isinstance(node, BufferRegion):
         return p.region(node)
+    for cls, fn in _NODE_PRINTERS.items():  # other IR kinds (graph functions, their exprs)
+        if isinstance(node, cls):
+            return fn(node)
     raise TypeError(f"the printer does not know {type(node).__name__} nodes")
 
 
 # ---- modules and function kinds --------------------------------------------------------------
 _FUNCTION_PRINTERS: Dict[type, Callable[[Node, str], List[str]]] = {}
+_NAMESPACES: Dict[type, str] = {}                       # function kind -> script namespace it uses
+_NODE_PRINTERS: Dict[type, Callable[[Node], str]] = {}  # to_text of other node kinds
 
 
-def register_function_printer(cls: type, fn: Callable[[Node, str], List[str]]) -> None:
+def register_function_printer(cls: type, fn: Callable[[Node, str], List[str]],
+                              namespace: str = "T") -> None:
     """Teach the module printer a function kind: ``fn(func, name)`` returns its lines
-    (decorator first, unindented); the parser side is ``kiln.script.register_function_kind``."""
+    (decorator first, unindented); the parser side is ``kiln.script.register_function_kind``.
+    ``namespace`` is named in the module's ``# from kiln.script import ...`` header."""
     _FUNCTION_PRINTERS[cls] = fn
+    _NAMESPACES[cls] = namespace
+
+
+def register_node_printer(cls: type, fn: Callable[[Node], str]) -> None:
+    """Teach ``to_text`` (and so ``repr``) a node kind this module does not know."""
+    _NODE_PRINTERS[cls] = fn
 
 
 register_function_printer(PrimFunc, lambda f, name: _Printer().prim_func(f, name))
 
 
 def module_lines(mod: IRModule) -> List[str]:
-    lines = ["# from kiln.script import T", "", "@kiln.script.ir_module", "class Module:"]
+    used = {ns for cls, ns in _NAMESPACES.items() for f in mod.functions.values() if isinstance(f, cls)}
+    header = ", ".join(["T"] + sorted(used - {"T"}))
+    lines = [f"# from kiln.script import {header}", "", "@kiln.script.ir_module", "class Module:"]
     if mod.attrs:
         lines.append(INDENT + f"kiln.script.module_attrs({_Printer().literal(dict(mod.attrs))})")
     for k, (name, func) in enumerate(mod.functions.items()):
@@ -450,3 +465,6 @@ class _Printer:
             lines.append(INDENT + f"T.func_attr({self.literal(dict(f.attrs))})")
         lines += [INDENT + a for a in allocs]
         return lines + self.lines
+
+
+from . import graph_printer  # noqa: E402,F401  (registers graph functions; needs the names above)

@@ -15,6 +15,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
+import numpy as np
+
 from .expr import Buffer, Node, Var
 from .graph import GraphVar
 from .function import IRModule
@@ -34,8 +36,10 @@ class _Matcher:
         if isinstance(a, IRModule):
             if sorted(a.functions) != sorted(b.functions):
                 return False
-            return all(self._at(k, a.functions[k], b.functions[k]) for k in sorted(a.functions)) \
-                and self.eq(a.attrs, b.attrs)
+            # Each function is its own scope: a symbolic dim shared by a graph function and a
+            # tensor program it calls is printed (and parsed back) once per function.
+            return all(self._fresh_scope(k, a.functions[k], b.functions[k])
+                       for k in sorted(a.functions)) and self.eq(a.attrs, b.attrs)
         if isinstance(a, Node):
             return all(self._at(name, getattr(a, name), getattr(b, name))
                        for name in node_fields(type(a)))
@@ -45,9 +49,18 @@ class _Matcher:
             return sorted(a) == sorted(b) and all(self._at(str(k), a[k], b[k]) for k in sorted(a))
         if isinstance(a, float):
             return a == b or (math.isnan(a) and math.isnan(b))
-        if hasattr(a, "shape") and hasattr(a, "dtype"):  # numpy arrays (constants)
-            return a.shape == b.shape and a.dtype == b.dtype and bool((a == b).all())
+        if isinstance(a, np.ndarray):  # constants; NaN equals NaN here
+            return a.shape == b.shape and a.dtype == b.dtype and bool(
+                np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
         return a == b
+
+    def _fresh_scope(self, label, a, b) -> bool:
+        saved = self.lmap, self.rmap
+        self.lmap, self.rmap = {}, {}
+        try:
+            return self._at(label, a, b)
+        finally:
+            self.lmap, self.rmap = saved
 
     def _at(self, label, a, b) -> bool:
         self.path.append(label)
@@ -108,7 +121,11 @@ def structural_hash(node) -> int:
                 return hash(("def", type(x).__name__, x.dtype, extra))
             return hash(("use", ids[id(x)]))
         if isinstance(x, IRModule):
-            return hash(("mod",) + tuple((k, h(x.functions[k])) for k in sorted(x.functions)))
+            out = []
+            for k in sorted(x.functions):  # per-function scopes, as in structural_equal
+                ids.clear()
+                out.append((k, h(x.functions[k])))
+            return hash(("mod",) + tuple(out))
         if isinstance(x, Node) and dataclasses.is_dataclass(x):
             return hash((type(x).__name__,) + tuple(h(getattr(x, f)) for f in node_fields(type(x))))
         if isinstance(x, (tuple, list)):

@@ -188,13 +188,16 @@ def _parse_tree(src: Source, tree: ast.Module):
     return IRModule(dict(defs))
 
 
-def parse(text: str, filename: str = "<script>"):
+def parse(text: str, filename: str = "<script>", metadata: Optional[dict] = None):
     """Parse script text: an ``IRModule`` for a ``@kiln.script.ir_module`` class, the function
     node (``PrimFunc``) for a single decorated function, an ``IRModule`` for several functions.
+    ``metadata`` holds the large constants the text names as ``metadata["key"]``
+    (``kiln.script.metadata(original)``).
 
     >>> mod = parse(MyModule.script())          # doctest: +SKIP
     """
     src = Source(text, filename)
+    src.metadata = dict(metadata or {})
     try:
         return _parse_tree(src, src.parse_ast())
     except ScriptError as e:
