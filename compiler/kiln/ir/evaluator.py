@@ -119,8 +119,8 @@ class _Emitter:
         for iv, value in zip(block.iter_vars, r.iter_values):
             self.line(d, f"{self.name(iv.var)} = {self.expr(value)}")
         for buf in block.alloc_buffers:
-            shape = ", ".join(self.expr(s) for s in buf.shape)
-            self.line(d, f"{self.name(buf)} = _scratch(({shape},), {buf.dtype!r})")
+            shape = "".join(self.expr(s) + ", " for s in buf.shape)  # "()" for a 0-d buffer
+            self.line(d, f"{self.name(buf)} = _scratch(({shape}), {buf.dtype!r})")
         if block.init is not None:
             first = [f"{self.name(iv.var)} == {self.expr(iv.dom.min)}"
                      for iv in block.iter_vars if iv.kind == "reduce"]
