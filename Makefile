@@ -23,6 +23,7 @@ build: runtime
 
 example: build
 	$(PY) examples/quickstart.py
+	$(PY) examples/mlp.py
 
 # pytest exits 5 when it collected no test; that is not a failure of the build.
 test: build

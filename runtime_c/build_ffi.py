@@ -26,10 +26,16 @@ BUILD_ROOT = os.path.join(ROOT, "build")
 
 # Python glue compiled into the extension. cffi calls release the GIL, so each helper takes it
 # before touching Python objects. Capsules are passed as their address (CPython's id()).
+# The two `extern "Python"` functions are defined in Python (kiln.runtime.registry) and back
+# functions made with kiln_function_create: the callback of a registered Python function and
+# the deleter of its context; cffi takes the GIL around them.
 GLUE_CDEF = """
 const char* kiln_py_capsule_name(int versioned);
 void kiln_py_capsule_destructor(void* capsule);
 kiln_status_t kiln_py_tensor_from_capsule(void* capsule, kiln_tensor_t** out_tensor);
+extern "Python" kiln_status_t kiln_py_callback(void* ctx, const kiln_value_t* args,
+                                               int32_t num_args, kiln_value_t* out_result);
+extern "Python" void kiln_py_callback_delete(void* ctx);
 """
 
 GLUE_SOURCE = r"""

@@ -32,6 +32,17 @@ _LAZY = {
     "KilnError": ("kiln.runtime", "KilnError"),
     "set_num_threads": ("kiln.runtime", "set_num_threads"),
     "get_num_threads": ("kiln.runtime", "get_num_threads"),
+    # graph level
+    "ops": ("kiln.ops", None),
+    "frontend": ("kiln.frontend", None),
+    "nn": ("kiln.frontend.nn", None),
+    "transform": ("kiln.transform", None),
+    "get_pipeline": ("kiln.transform.pipeline", "get_pipeline"),
+    "executable": ("kiln.executable", None),
+    "compile": ("kiln.executable", "compile"),
+    "Executable": ("kiln.executable", "Executable"),
+    "VirtualMachine": ("kiln.runtime.vm", "VirtualMachine"),
+    "register_func": ("kiln.runtime.registry", "register_func"),
 }
 
 

@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define KILN_KERNEL_ABI_VERSION 1u
+#define KILN_KERNEL_ABI_VERSION 2u
 #define KILN_LIBRARY_INFO_SYMBOL "kiln_library_info"
 
 /* Body of one parallel loop, outlined by codegen. Runs the iterations of chunk `task` out of
@@ -49,6 +49,12 @@ typedef struct kiln_kernel_ctx_t {
 typedef int32_t (*kiln_kernel_fn)(const kiln_kernel_ctx_t* ctx, DLTensor* const* args,
                                   int32_t num_args);
 
+/* kiln_kernel_param_t.flags: the kernel writes this parameter (an output, in
+ * destination-passing style). The runtime refuses a read-only tensor there, and refuses a written
+ * argument that shares memory with any other argument (kernels mark their data `noalias`); two
+ * read-only arguments may be the same tensor, as in add(x, x). */
+#define KILN_PARAM_WRITTEN 1u
+
 /* One parameter of a kernel. */
 typedef struct kiln_kernel_param_t {
   const char* name;          /* the buffer's name, for error messages */
@@ -56,6 +62,7 @@ typedef struct kiln_kernel_param_t {
   uint8_t dtype_bits;
   uint16_t dtype_lanes;      /* 1 */
   int32_t ndim;
+  uint32_t flags;            /* KILN_PARAM_* bits; others must be 0 */
   /* ndim entries: a value >= 0 is a fixed extent; a value < 0 is the symbolic dimension number
    * (-1 - value) into kiln_kernel_info_t.sym_names, bound from the first argument that has it and
    * checked equal in every later one. */

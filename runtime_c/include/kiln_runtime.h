@@ -2,15 +2,16 @@
  * kiln_runtime.h — the public C API of the Kiln runtime.
  *
  * Object model: a *module* holds named *functions*; calling a function takes and returns
- * *values* (null, int, float, string, tensor, module, function). Tensors are DLPack DLTensors,
- * so they cross into and out of numpy, PyTorch and others without copies. Every binding
- * (Python, C++, Java) goes through kiln_function_call.
+ * *values* (null, int, float, string, tensor, module, function, tuple, device). Tensors are
+ * DLPack DLTensors, so they cross into and out of numpy, PyTorch and others without copies.
+ * Every binding (Python, C++, Java) goes through kiln_function_call. A compiled model is a
+ * library module whose function "load_executable" returns a VM module (see "Executables").
  *
  * Conventions
  *   - Every fallible call returns kiln_status_t: KILN_OK (0) or an error code, and on error sets
  *     a message for the calling thread, read with kiln_last_error().
  *   - Outputs are trailing out_* parameters, written on success only.
- *   - Tensors, modules and functions are reference counted. A function that returns one through
+ *   - Tensors, tuples, modules and functions are reference counted. A function that returns one through
  *     an out_* parameter hands the caller one reference, which the caller gives back with
  *     *_release. Pointer parameters are borrowed for the duration of the call unless stated.
  *   - Thread safety: every function may be called from any thread. Objects may be shared between
@@ -54,7 +55,8 @@ enum {
   KILN_ERR_DTYPE_MISMATCH = 0x12,
   KILN_ERR_DEVICE_MISMATCH = 0x13,
   KILN_ERR_UNSUPPORTED = 0x14,       /* a well-formed request this runtime cannot serve */
-  KILN_ERR_NOT_FOUND = 0x20,         /* no function of that name */
+  KILN_ERR_INVALID_STATE = 0x15,     /* a call out of order, e.g. a VM function before init */
+  KILN_ERR_NOT_FOUND = 0x20,         /* no function, kernel or registered function of that name */
   KILN_ERR_IO = 0x30,                /* file missing or unreadable, dynamic loading failed */
   KILN_ERR_INVALID_FORMAT = 0x31,    /* a loaded library or file is malformed */
   KILN_ERR_VERSION_MISMATCH = 0x32,  /* built for another ABI or format version */
@@ -159,6 +161,7 @@ KILN_API kiln_status_t kiln_tensor_to_dlpack_legacy(kiln_tensor_t* tensor,
 
 typedef struct kiln_module_t kiln_module_t;
 typedef struct kiln_function_t kiln_function_t;
+typedef struct kiln_tuple_t kiln_tuple_t;
 
 typedef enum {
   KILN_VALUE_NULL = 0,
@@ -167,16 +170,18 @@ typedef enum {
   KILN_VALUE_STRING = 3,    /* u.s, NUL-terminated UTF-8 */
   KILN_VALUE_TENSOR = 4,    /* u.tensor */
   KILN_VALUE_MODULE = 5,    /* u.module */
-  KILN_VALUE_FUNCTION = 6   /* u.function */
+  KILN_VALUE_FUNCTION = 6,  /* u.function */
+  KILN_VALUE_TUPLE = 7,     /* u.tuple: an immutable, reference-counted sequence of values */
+  KILN_VALUE_DEVICE = 8     /* u.device: a DLDevice (plain data, nothing to release) */
 } kiln_value_kind_t;
 
 /* One value. Whether it owns its payload depends on where it is:
  *   - arguments passed to kiln_function_call are borrowed: the callee neither releases them nor
- *     keeps them past the call without retaining (tensors, modules, functions) or copying
- *     (strings);
+ *     keeps them past the call without retaining (tensors, tuples, modules, functions) or
+ *     copying (strings);
  *   - a value the runtime writes to an out_* parameter is owned by the caller: it holds one
- *     reference to its tensor/module/function, or a string allocated by the runtime, and the
- *     caller frees it with kiln_value_release. */
+ *     reference to its tensor/tuple/module/function, or a string allocated by the runtime, and
+ *     the caller frees it with kiln_value_release. */
 typedef struct kiln_value_t {
   int32_t kind;  /* a kiln_value_kind_t */
   union {
@@ -186,6 +191,8 @@ typedef struct kiln_value_t {
     kiln_tensor_t* tensor;
     kiln_module_t* module;
     kiln_function_t* function;
+    kiln_tuple_t* tuple;
+    DLDevice device;
   } u;
 } kiln_value_t;
 
@@ -201,8 +208,29 @@ KILN_API kiln_status_t kiln_value_copy(const kiln_value_t* value, kiln_value_t* 
  * Errors: KILN_ERR_INVALID_ARGUMENT (NULL), KILN_ERR_OUT_OF_MEMORY. */
 KILN_API kiln_status_t kiln_value_from_string(const char* str, kiln_value_t* out_value);
 
+/* Makes a tuple holding owned copies of `items` (num_items values, borrowed; may be NULL when
+ * num_items is 0): objects are retained, strings duplicated. *out_tuple is one reference owned
+ * by the caller. Errors: KILN_ERR_INVALID_ARGUMENT (NULL, negative count, unknown kind),
+ * KILN_ERR_OUT_OF_MEMORY. */
+KILN_API kiln_status_t kiln_tuple_create(const kiln_value_t* items, int32_t num_items,
+                                         kiln_tuple_t** out_tuple);
+
+/* Adds / drops one reference; releasing the last releases the items. NULL is ignored. */
+KILN_API void kiln_tuple_retain(kiln_tuple_t* tuple);
+KILN_API void kiln_tuple_release(kiln_tuple_t* tuple);
+
+/* The number of items (0 for NULL). */
+KILN_API int32_t kiln_tuple_size(const kiln_tuple_t* tuple);
+
+/* Makes *out_value an owned copy of item `index` (as kiln_value_copy). Errors:
+ * KILN_ERR_INVALID_ARGUMENT (NULL, index out of range), KILN_ERR_OUT_OF_MEMORY. */
+KILN_API kiln_status_t kiln_tuple_get_item(const kiln_tuple_t* tuple, int32_t index,
+                                           kiln_value_t* out_value);
+
 /* Loads a kernel library (a shared object built by Kiln's codegen) and exposes each of its
- * kernels as a function. `path` is a file path (one without '/' is taken relative to the
+ * kernels as a function. When the library also exports an executable blob (the data symbols
+ * kiln_executable_blob and kiln_executable_blob_size, docs/executable-format.md), the module
+ * has one more function, "load_executable" (see "Executables" below). `path` is a file path (one without '/' is taken relative to the
  * working directory, not searched for). The library table is validated before use (ABI
  * version, counts, pointers, dtypes, ndim, symbolic dimension numbers, duplicate names); the
  * loader's limits are 65536 kernels, 256 parameters and 64 symbolic dimensions per kernel, and
@@ -211,7 +239,8 @@ KILN_API kiln_status_t kiln_value_from_string(const char* str, kiln_value_t* out
  * the runtime allocates are KILN_ALIGNMENT-aligned; wrapped numpy memory usually 16 bytes).
  * The library stays loaded while the module or any of its functions is alive.
  * Errors: KILN_ERR_INVALID_ARGUMENT (NULL), KILN_ERR_IO (cannot load the file),
- * KILN_ERR_INVALID_FORMAT (no kiln_library_info symbol, malformed table),
+ * KILN_ERR_INVALID_FORMAT (no kiln_library_info symbol, malformed table, only one of the two
+ * blob symbols, a kernel named "load_executable" next to a blob),
  * KILN_ERR_VERSION_MISMATCH (other kernel ABI version), KILN_ERR_OUT_OF_MEMORY. */
 KILN_API kiln_status_t kiln_module_load_library(const char* path, kiln_module_t** out_module);
 
@@ -221,11 +250,22 @@ KILN_API kiln_status_t kiln_module_load_library(const char* path, kiln_module_t*
 KILN_API kiln_status_t kiln_module_from_library_info(const kiln_library_info_t* info,
                                                      kiln_module_t** out_module);
 
+/* kiln_module_from_library_info plus an executable blob linked into the program (a model
+ * exported for static linking): the module then has "load_executable" as if loaded from a file.
+ * `info` and `blob` (blob_size bytes, KILN_ALIGNMENT-aligned) are borrowed for the module's
+ * whole lifetime and for every VM and tensor made from it (constants are views into the blob).
+ * blob NULL with blob_size 0 means no executable. The blob is validated by load_executable.
+ * Errors: as kiln_module_from_library_info; KILN_ERR_INVALID_ARGUMENT (NULL blob, non-zero
+ * size). */
+KILN_API kiln_status_t kiln_module_from_static(const kiln_library_info_t* info,
+                                               const uint8_t* blob, uint64_t blob_size,
+                                               kiln_module_t** out_module);
+
 /* Adds / drops one reference. NULL is ignored. */
 KILN_API void kiln_module_retain(kiln_module_t* module);
 KILN_API void kiln_module_release(kiln_module_t* module);
 
-/* What kind of module this is, e.g. "library". Static string. */
+/* What kind of module this is: "library" or "vm". Static string. */
 KILN_API const char* kiln_module_kind(const kiln_module_t* module);
 
 /* The number of functions and the name of function `index` (owned by the module, valid while
@@ -276,6 +316,58 @@ KILN_API const char* kiln_function_name(const kiln_function_t* function);
  * function may be called from several threads at once. */
 KILN_API kiln_status_t kiln_function_call(kiln_function_t* function, const kiln_value_t* args,
                                           int32_t num_args, kiln_value_t* out_result);
+
+/* ---------------------------------------------------------------------------------------------
+ * External functions
+ *
+ * A process-wide registry of named functions that executables call (call_dps_packed, e.g.
+ * "env.relu"): a VM's init looks up every external function its executable names. The
+ * registry is the runtime's only mutable global besides the thread pool; it is thread-safe.
+ * ------------------------------------------------------------------------------------------- */
+
+/* Registers `function` (borrowed; the registry takes its own reference) under `name` (copied).
+ * With `override` non-zero an existing entry is replaced (and released); otherwise a name that
+ * is taken is an error. VMs initialised before keep the function they looked up.
+ * Errors: KILN_ERR_INVALID_ARGUMENT (NULL or empty name, NULL function, name taken without
+ * override), KILN_ERR_OUT_OF_MEMORY. */
+KILN_API kiln_status_t kiln_register_function(const char* name, kiln_function_t* function,
+                                              int32_t override);
+
+/* Looks up a registered function; *out_function is a new reference owned by the caller.
+ * Errors: KILN_ERR_INVALID_ARGUMENT (NULL), KILN_ERR_NOT_FOUND. */
+KILN_API kiln_status_t kiln_get_registered_function(const char* name,
+                                                    kiln_function_t** out_function);
+
+/* Removes a registered function and drops the registry's reference.
+ * Errors: KILN_ERR_INVALID_ARGUMENT (NULL), KILN_ERR_NOT_FOUND. */
+KILN_API kiln_status_t kiln_unregister_function(const char* name);
+
+/* ---------------------------------------------------------------------------------------------
+ * Executables (docs/executable-format.md)
+ *
+ * A library module with a blob has the function
+ *   load_executable()   validates the whole blob (every offset, count, index and instruction)
+ *                       and resolves its kernels in the library; returns a new VM module (a
+ *                       value of kind module, owned by the caller). It keeps the library alive.
+ *                       Errors name what and where, e.g. "executable: section 4 (CONSTANTS)
+ *                       entry 3: data_offset 0x1240 + nbytes 400 exceeds blob size 4096";
+ *                       KILN_ERR_INVALID_FORMAT, KILN_ERR_VERSION_MISMATCH (a newer format),
+ *                       KILN_ERR_NOT_FOUND (a kernel the library lacks).
+ * A VM module (kind "vm") has the functions
+ *   init(device)        device: a device value (only cpu), or no argument for cpu. Looks up
+ *                       the executable's external functions in the registry (KILN_ERR_NOT_FOUND
+ *                       "init: external function 'env.relu' is not registered"). May be called
+ *                       again (it looks the functions up again).
+ *   <graph function>    one per graph function ("forward", ...): checks its arguments like a
+ *                       kernel call ("forward: argument 0 'x' expected shape (1, 784), got
+ *                       (1, 785)"), runs the bytecode, returns a tensor or tuple owned by the
+ *                       caller. KILN_ERR_INVALID_STATE before init.
+ *   profile(name, ...)  runs graph function `name` on the remaining arguments and returns a
+ *                       tuple of rows (name: string, kind: string, calls: int, total_us: float),
+ *                       kind "kernel", "extern", "vm" (other instructions, by opcode) or "total".
+ * Graph functions may be called from several threads at once after init: each call has its own
+ * registers and arena (one allocation per call).
+ * ------------------------------------------------------------------------------------------- */
 
 /* ---------------------------------------------------------------------------------------------
  * Thread pool

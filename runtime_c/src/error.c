@@ -36,6 +36,7 @@ const char* kiln_status_string(kiln_status_t status) {
     case KILN_ERR_DTYPE_MISMATCH: return "dtype mismatch";
     case KILN_ERR_DEVICE_MISMATCH: return "device mismatch";
     case KILN_ERR_UNSUPPORTED: return "unsupported";
+    case KILN_ERR_INVALID_STATE: return "invalid state";
     case KILN_ERR_NOT_FOUND: return "not found";
     case KILN_ERR_IO: return "i/o error";
     case KILN_ERR_INVALID_FORMAT: return "invalid format";

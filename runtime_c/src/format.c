@@ -142,7 +142,7 @@ void kiln_format_shape(char* buf, size_t cap, const int64_t* shape, int32_t ndim
 }
 
 const char* kiln_value_kind_name(int32_t kind) {
-  static const char* const names[] = {"null",   "int",    "float",   "string",
-                                      "tensor", "module", "function"};
-  return kind >= 0 && kind <= KILN_VALUE_FUNCTION ? names[kind] : "unknown kind";
+  static const char* const names[] = {"null",   "int",      "float", "string", "tensor",
+                                      "module", "function", "tuple", "device"};
+  return kind >= 0 && kind <= KILN_VALUE_DEVICE ? names[kind] : "unknown kind";
 }

@@ -20,12 +20,19 @@
 #define KILN_THREAD_LOCAL
 #define KILN_ATOMIC_INC(p) (++*(p))
 #define KILN_ATOMIC_DEC(p) (--*(p))
+#define KILN_ATOMIC_LOAD(p) (*(p))
+#define KILN_ATOMIC_CAS(p, expected, desired) \
+  (*(p) == *(expected) ? (*(p) = (desired), 1) : (*(expected) = *(p), 0))
 #else
 #define KILN_THREAD_LOCAL __thread
 /* Retains need no ordering; the release that drops the count to zero must see every write made
  * through other references before the object is destroyed, hence acq_rel. */
 #define KILN_ATOMIC_INC(p) __atomic_add_fetch((p), 1, __ATOMIC_RELAXED)
 #define KILN_ATOMIC_DEC(p) __atomic_sub_fetch((p), 1, __ATOMIC_ACQ_REL)
+/* Publishing a pointer to an initialised object: CAS releases, loads acquire. */
+#define KILN_ATOMIC_LOAD(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
+#define KILN_ATOMIC_CAS(p, expected, desired) \
+  __atomic_compare_exchange_n((p), (expected), (desired), 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)
 #endif
 
 #if defined(__GNUC__)
@@ -62,7 +69,8 @@ void kiln_format_device(char* buf, size_t cap, DLDevice device);
  * named by sym_names[-1 - entry] (a kernel parameter's shape); without, they print as numbers. */
 void kiln_format_shape(char* buf, size_t cap, const int64_t* shape, int32_t ndim,
                        const char* const* sym_names);
-/* "null", "int", "float", "string", "tensor", "module", "function", "unknown kind". */
+/* "null", "int", "float", "string", "tensor", "module", "function", "tuple", "device",
+ * "unknown kind". */
 const char* kiln_value_kind_name(int32_t kind);
 
 /* ---- memory (memory.c) ---------------------------------------------------------------------- */
@@ -78,11 +86,29 @@ char* kiln_mem_strdup(const char* str);
 /* ---- tensors (tensor.c) --------------------------------------------------------------------- */
 
 #define KILN_TENSOR_FLAG_READ_ONLY 1u
+#define KILN_TENSOR_FLAG_EMBEDDED 2u /* lives in memory it does not own; see below */
 
 /* kiln_tensor_wrap with flags (KILN_TENSOR_FLAG_*). */
 kiln_status_t kiln_tensor_wrap_with_flags(const DLTensor* dl, kiln_deleter_fn deleter,
                                           void* deleter_ctx, uint32_t flags,
                                           kiln_tensor_t** out_tensor);
+
+/* A tensor built in caller-provided memory (the VM's per-call frame), so that making one costs
+ * no allocation. `storage` is kiln_tensor_embedded_size(ndim) bytes, 8-byte aligned; shape is
+ * copied and must be valid (non-negative; the caller checked the size); the device is cpu. The
+ * tensor starts with one reference; when the last is released it calls deleter(deleter_ctx)
+ * (not NULL) and frees nothing itself: the deleter owns `storage`. */
+size_t kiln_tensor_embedded_size(int32_t ndim);
+kiln_tensor_t* kiln_tensor_init_embedded(void* storage, const int64_t* shape, int32_t ndim,
+                                         DLDataType dtype, void* data, kiln_deleter_fn deleter,
+                                         void* deleter_ctx);
+
+/* ---- values (value.c) ----------------------------------------------------------------------- */
+
+/* A tuple of `size` null items (size >= 0) for the caller to fill through kiln_tuple_items with
+ * owned values; NULL when out of memory (no message set). */
+kiln_tuple_t* kiln_tuple_alloc(int32_t size);
+kiln_value_t* kiln_tuple_items(kiln_tuple_t* tuple);
 
 /* ---- modules and functions (module.c) ------------------------------------------------------- */
 
@@ -128,6 +154,30 @@ struct kiln_function_t {
 void kiln_function_init(kiln_function_t* function, const kiln_function_vtable_t* vtable,
                         const char* name, kiln_module_t* module);
 
+/* ---- kernel libraries (library.c) ---------------------------------------------------------- */
+
+/* The dtypes codegen emits and the loaders accept: int/uint 8-64, float 16-64, bfloat16, bool
+ * (8 bits); `lanes` must be 1 unless allow_vector. */
+int kiln_dtype_supported(uint8_t code, uint8_t bits, uint16_t lanes, int allow_vector);
+
+/* Checks `args` against the parameters of `k` exactly as a kernel call does (count, kind,
+ * device, dtype, shape, contiguity, data), binding its symbolic dimensions into sym_values
+ * (k->num_sym entries). Messages are prefixed with k->name. k->fn is not used. */
+kiln_status_t kiln_kernel_check_args(const kiln_kernel_info_t* k, const kiln_value_t* args,
+                                     int32_t num_args, int64_t* sym_values);
+
+/* A checked kernel call (what calling a kernel function does). */
+kiln_status_t kiln_kernel_call_checked(const kiln_kernel_info_t* k, const kiln_value_t* args,
+                                       int32_t num_args);
+
+/* ---- the VM (vm_loader.c, vm.c) ------------------------------------------------------------- */
+
+/* Validates `blob` against `info` and makes a VM module over it; the module keeps a reference to
+ * `library` (which must keep info and blob alive). The implementation of load_executable. */
+kiln_status_t kiln_vm_module_create(kiln_module_t* library, const kiln_library_info_t* info,
+                                    const uint8_t* blob, uint64_t blob_size,
+                                    kiln_module_t** out_module);
+
 /* ---- thread pool (thread_pool.c) ------------------------------------------------------------ */
 
 /* Fills the context a kernel call passes to the kernel. Cheap: starts no thread. */
@@ -146,5 +196,8 @@ void kiln_platform_aligned_free(void* ptr);
 
 /* Number of online cores, at least 1. */
 int32_t kiln_platform_num_cores(void);
+
+/* A monotonic clock in nanoseconds (for profiling). */
+uint64_t kiln_platform_now_ns(void);
 
 #endif /* KILN_INTERNAL_H_ */

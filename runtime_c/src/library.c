@@ -1,16 +1,23 @@
 /* library.c — the "library" module kind: a kernel library (kiln_kernel_abi.h), loaded with dlopen
  * or linked in, whose table is validated once at load, and whose kernels are called with every
  * argument checked against its parameter description. The check is the runtime's promise that
- * generated code never sees a wrong shape, dtype or layout; it allocates nothing. */
+ * generated code never sees a wrong shape, dtype or layout; it allocates nothing. A library that
+ * also carries an executable blob (a compiled model) has the function "load_executable". */
 #include <string.h>
 
 #include "internal.h"
 
+#define LOAD_EXECUTABLE "load_executable"
+#define BLOB_SYMBOL "kiln_executable_blob"
+#define BLOB_SIZE_SYMBOL "kiln_executable_blob_size"
+
 typedef struct {
   kiln_module_t base;
   const kiln_library_info_t* info;
-  void* handle; /* from kiln_platform_library_open, NULL for a linked library */
-  char path[];  /* for messages */
+  void* handle;         /* from kiln_platform_library_open, NULL for a linked library */
+  const uint8_t* blob;  /* the executable blob, NULL if none */
+  uint64_t blob_size;
+  char path[];          /* for messages */
 } library_module_t;
 
 typedef struct {
@@ -21,8 +28,8 @@ typedef struct {
 /* ---- validation of the library table -------------------------------------------------------- */
 
 /* The dtypes codegen emits (kiln_kernel_abi.h): scalar ints, floats and bools. */
-static int dtype_supported(uint8_t code, uint8_t bits, uint16_t lanes) {
-  if (lanes != 1) return 0;
+int kiln_dtype_supported(uint8_t code, uint8_t bits, uint16_t lanes, int allow_vector) {
+  if (lanes == 0 || (lanes != 1 && !allow_vector)) return 0;
   switch (code) {
     case kDLInt:
     case kDLUInt: return bits == 8 || bits == 16 || bits == 32 || bits == 64;
@@ -40,13 +47,16 @@ static kiln_status_t validate_param(const char* src, int32_t k, const kiln_kerne
   if (!p->name)
     return kiln_error(bad, "kernel library '%s': kernel %d '%s': parameter %d has no name", src,
                       (int)k, kernel->name, (int)index);
-  if (!dtype_supported(p->dtype_code, p->dtype_bits, p->dtype_lanes)) {
+  if (!kiln_dtype_supported(p->dtype_code, p->dtype_bits, p->dtype_lanes, 0)) {
     char dtype[KILN_SMALL_STRING];
     DLDataType dt = {p->dtype_code, p->dtype_bits, p->dtype_lanes};
     kiln_format_dtype(dtype, sizeof dtype, dt);
     return kiln_error(bad, "kernel library '%s': kernel %d '%s': parameter %d '%s' has unsupported dtype %s",
                       src, (int)k, kernel->name, (int)index, p->name, dtype);
   }
+  if (p->flags & ~KILN_PARAM_WRITTEN)
+    return kiln_error(bad, "kernel library '%s': kernel %d '%s': parameter %d '%s' has unknown flags 0x%x",
+                      src, (int)k, kernel->name, (int)index, p->name, (unsigned)p->flags);
   if (p->ndim < 0 || p->ndim > KILN_MAX_NDIM || (p->ndim > 0 && !p->shape))
     return kiln_error(bad, "kernel library '%s': kernel %d '%s': parameter %d '%s' has ndim %d%s",
                       src, (int)k, kernel->name, (int)index, p->name, (int)p->ndim,
@@ -197,6 +207,10 @@ static kiln_status_t check_argument(const kiln_kernel_info_t* k, int32_t i, cons
   if (!t->data && !is_empty(t))
     return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: argument %d '%s' has a NULL data pointer",
                       k->name, (int)i, p->name);
+  if ((p->flags & KILN_PARAM_WRITTEN) && kiln_tensor_is_read_only(v->u.tensor))
+    return kiln_error(KILN_ERR_INVALID_ARGUMENT,
+                      "%s: argument %d '%s' is written by the kernel but the tensor is read-only",
+                      k->name, (int)i, p->name);
   return KILN_OK;
 }
 
@@ -209,7 +223,8 @@ static void byte_range(const DLTensor* t, uintptr_t* lo, uintptr_t* hi) {
 }
 
 /* Generated kernels treat their arguments as distinct memory (the data pointers are `noalias`),
- * so two arguments that overlap would give silently wrong results: refuse them. */
+ * so an argument the kernel writes must not overlap any other argument, or the result would be
+ * silently wrong: refuse that. Read-only arguments may alias each other (add(x, x)). */
 static kiln_status_t check_no_overlap(const kiln_kernel_info_t* k, DLTensor* const* tensors,
                                       int32_t n) {
   for (int32_t i = 0; i < n; ++i) {
@@ -218,36 +233,42 @@ static kiln_status_t check_no_overlap(const kiln_kernel_info_t* k, DLTensor* con
     byte_range(tensors[i], &lo_i, &hi_i);
     for (int32_t j = i + 1; j < n; ++j) {
       if (is_empty(tensors[j])) continue;
+      if (!((k->params[i].flags | k->params[j].flags) & KILN_PARAM_WRITTEN)) continue;
       uintptr_t lo_j, hi_j;
       byte_range(tensors[j], &lo_j, &hi_j);
       if (lo_i < hi_j && lo_j < hi_i)
         return kiln_error(KILN_ERR_INVALID_ARGUMENT,
-                          "%s: arguments %d '%s' and %d '%s' share memory; a kernel needs distinct "
-                          "buffers for each argument", k->name, (int)i, k->params[i].name, (int)j,
+                          "%s: arguments %d '%s' and %d '%s' share memory, and the kernel writes "
+                          "one of them; pass distinct buffers", k->name, (int)i, k->params[i].name, (int)j,
                           k->params[j].name);
     }
   }
   return KILN_OK;
 }
 
-static kiln_status_t kernel_call(kiln_function_t* function, const kiln_value_t* args,
-                                 int32_t num_args, kiln_value_t* out_result) {
-  const kiln_kernel_info_t* k = ((kernel_function_t*)function)->kernel;
-  (void)out_result; /* kernels return nothing: outputs are arguments */
+kiln_status_t kiln_kernel_check_args(const kiln_kernel_info_t* k, const kiln_value_t* args,
+                                     int32_t num_args, int64_t* sym_values) {
   if (num_args != k->num_params)
     return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: expected %d argument%s, got %d", k->name,
                       (int)k->num_params, k->num_params == 1 ? "" : "s", (int)num_args);
-  /* Bounded by the load-time limits, so no allocation per call. */
-  DLTensor* tensors[KILN_MAX_KERNEL_PARAMS];
-  int64_t sym_values[KILN_MAX_KERNEL_SYMS];
   int32_t sym_source[KILN_MAX_KERNEL_SYMS]; /* the argument that bound it, -1 before */
   for (int32_t s = 0; s < k->num_sym; ++s) sym_source[s] = -1;
   for (int32_t i = 0; i < num_args; ++i) {
     kiln_status_t st = check_argument(k, i, &args[i], sym_values, sym_source);
     if (st != KILN_OK) return st;
-    tensors[i] = kiln_tensor_dltensor(args[i].u.tensor);
   }
-  kiln_status_t st = check_no_overlap(k, tensors, num_args);
+  return KILN_OK;
+}
+
+kiln_status_t kiln_kernel_call_checked(const kiln_kernel_info_t* k, const kiln_value_t* args,
+                                       int32_t num_args) {
+  /* Bounded by the load-time limits, so no allocation per call. */
+  DLTensor* tensors[KILN_MAX_KERNEL_PARAMS];
+  int64_t sym_values[KILN_MAX_KERNEL_SYMS];
+  kiln_status_t st = kiln_kernel_check_args(k, args, num_args, sym_values);
+  if (st != KILN_OK) return st;
+  for (int32_t i = 0; i < num_args; ++i) tensors[i] = kiln_tensor_dltensor(args[i].u.tensor);
+  st = check_no_overlap(k, tensors, num_args);
   if (st != KILN_OK) return st;
   kiln_kernel_ctx_t ctx;
   kiln_thread_pool_kernel_ctx(&ctx);
@@ -255,6 +276,12 @@ static kiln_status_t kernel_call(kiln_function_t* function, const kiln_value_t* 
   if (rc != 0)
     return kiln_error(KILN_ERR_RUNTIME, "%s: kernel returned error code %d", k->name, (int)rc);
   return KILN_OK;
+}
+
+static kiln_status_t kernel_call(kiln_function_t* function, const kiln_value_t* args,
+                                 int32_t num_args, kiln_value_t* out_result) {
+  (void)out_result; /* kernels return nothing: outputs are arguments */
+  return kiln_kernel_call_checked(((kernel_function_t*)function)->kernel, args, num_args);
 }
 
 static void kernel_destroy(kiln_function_t* function) { kiln_mem_free(function); }
@@ -269,28 +296,50 @@ static void library_destroy(kiln_module_t* module) {
   kiln_mem_free(lib);
 }
 
+/* load_executable(): a new VM module over the blob (validated there). */
+static kiln_status_t load_executable_call(kiln_function_t* function, const kiln_value_t* args,
+                                          int32_t num_args, kiln_value_t* out_result) {
+  (void)args;
+  library_module_t* lib = (library_module_t*)function->module;
+  if (num_args != 0)
+    return kiln_error(KILN_ERR_INVALID_ARGUMENT, LOAD_EXECUTABLE ": expected 0 arguments, got %d",
+                      (int)num_args);
+  kiln_module_t* vm = NULL;
+  kiln_status_t st = kiln_vm_module_create(&lib->base, lib->info, lib->blob, lib->blob_size, &vm);
+  if (st != KILN_OK) return st;
+  out_result->kind = KILN_VALUE_MODULE;
+  out_result->u.module = vm;
+  return KILN_OK;
+}
+
+static const kiln_function_vtable_t kLoadExecutableVtable = {load_executable_call, kernel_destroy};
+
 static int32_t library_num_functions(const kiln_module_t* module) {
-  return ((const library_module_t*)module)->info->num_kernels;
+  const library_module_t* lib = (const library_module_t*)module;
+  return lib->info->num_kernels + (lib->blob ? 1 : 0);
 }
 
 static const char* library_function_name(const kiln_module_t* module, int32_t index) {
-  return ((const library_module_t*)module)->info->kernels[index].name;
+  const library_module_t* lib = (const library_module_t*)module;
+  return index < lib->info->num_kernels ? lib->info->kernels[index].name : LOAD_EXECUTABLE;
 }
 
 static kiln_status_t library_get_function(kiln_module_t* module, const char* name,
                                           kiln_function_t** out_function) {
-  const kiln_library_info_t* info = ((library_module_t*)module)->info;
-  for (int32_t k = 0; k < info->num_kernels; ++k) {
-    const kiln_kernel_info_t* kernel = &info->kernels[k];
-    if (strcmp(kernel->name, name) != 0) continue;
-    kernel_function_t* fn = kiln_mem_alloc(sizeof *fn);
-    if (!fn) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory looking up '%s'", name);
-    kiln_function_init(&fn->base, &kKernelVtable, kernel->name, module);
-    fn->kernel = kernel;
-    *out_function = &fn->base;
-    return KILN_OK;
-  }
-  return KILN_ERR_NOT_FOUND;
+  library_module_t* lib = (library_module_t*)module;
+  const kiln_library_info_t* info = lib->info;
+  const kiln_kernel_info_t* kernel = NULL;
+  for (int32_t k = 0; k < info->num_kernels && !kernel; ++k)
+    if (strcmp(info->kernels[k].name, name) == 0) kernel = &info->kernels[k];
+  int is_loader = !kernel && lib->blob && strcmp(name, LOAD_EXECUTABLE) == 0;
+  if (!kernel && !is_loader) return KILN_ERR_NOT_FOUND;
+  kernel_function_t* fn = kiln_mem_alloc(sizeof *fn);
+  if (!fn) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory looking up '%s'", name);
+  kiln_function_init(&fn->base, kernel ? &kKernelVtable : &kLoadExecutableVtable,
+                     kernel ? kernel->name : LOAD_EXECUTABLE, module);
+  fn->kernel = kernel;
+  *out_function = &fn->base;
+  return KILN_OK;
 }
 
 static const kiln_module_vtable_t kLibraryVtable = {
@@ -299,9 +348,15 @@ static const kiln_module_vtable_t kLibraryVtable = {
 
 /* Validates `info` and wraps it; on success the module owns `handle`. */
 static kiln_status_t make_module(const kiln_library_info_t* info, void* handle, const char* path,
+                                 const uint8_t* blob, uint64_t blob_size,
                                  kiln_module_t** out_module) {
   kiln_status_t st = validate_library(path, info);
   if (st != KILN_OK) return st;
+  for (int32_t k = 0; blob && k < info->num_kernels; ++k)
+    if (strcmp(info->kernels[k].name, LOAD_EXECUTABLE) == 0)
+      return kiln_error(KILN_ERR_INVALID_FORMAT,
+                        "kernel library '%s': kernel %d is named '" LOAD_EXECUTABLE "', which is "
+                        "reserved in a library with an executable", path, (int)k);
   size_t n = strlen(path) + 1;
   library_module_t* lib = kiln_mem_alloc(sizeof *lib + n);
   if (!lib) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory loading '%s'", path);
@@ -309,6 +364,8 @@ static kiln_status_t make_module(const kiln_library_info_t* info, void* handle, 
   kiln_module_init(&lib->base, &kLibraryVtable, lib->path);
   lib->info = info;
   lib->handle = handle;
+  lib->blob = blob;
+  lib->blob_size = blob_size;
   *out_module = &lib->base;
   return KILN_OK;
 }
@@ -321,14 +378,31 @@ kiln_status_t kiln_module_load_library(const char* path, kiln_module_t** out_mod
   kiln_status_t st = kiln_platform_library_open(path, &handle);
   if (st != KILN_OK) return st;
   const kiln_library_info_t* info = kiln_platform_library_symbol(handle, KILN_LIBRARY_INFO_SYMBOL);
+  const uint8_t* blob = kiln_platform_library_symbol(handle, BLOB_SYMBOL);
+  const uint64_t* blob_size = kiln_platform_library_symbol(handle, BLOB_SIZE_SYMBOL);
   if (!info)
     st = kiln_error(KILN_ERR_INVALID_FORMAT,
                     "'%s' is not a kiln kernel library: it has no '%s' symbol", path,
                     KILN_LIBRARY_INFO_SYMBOL);
+  else if (!blob != !blob_size)
+    st = kiln_error(KILN_ERR_INVALID_FORMAT, "'%s' has the symbol '%s' but not '%s'", path,
+                    blob ? BLOB_SYMBOL : BLOB_SIZE_SYMBOL, blob ? BLOB_SIZE_SYMBOL : BLOB_SYMBOL);
   else
-    st = make_module(info, handle, path, out_module);
+    st = make_module(info, handle, path, blob, blob ? *blob_size : 0, out_module);
   if (st != KILN_OK) kiln_platform_library_close(handle);
   return st;
+}
+
+kiln_status_t kiln_module_from_static(const kiln_library_info_t* info, const uint8_t* blob,
+                                      uint64_t blob_size, kiln_module_t** out_module) {
+  if (!info || !out_module)
+    return kiln_error(KILN_ERR_INVALID_ARGUMENT,
+                      "kiln_module_from_static: info and out_module must not be NULL");
+  if (!blob && blob_size != 0)
+    return kiln_error(KILN_ERR_INVALID_ARGUMENT,
+                      "kiln_module_from_static: blob is NULL but blob_size is %llu",
+                      (unsigned long long)blob_size);
+  return make_module(info, NULL, "<linked>", blob, blob_size, out_module);
 }
 
 kiln_status_t kiln_module_from_library_info(const kiln_library_info_t* info,
@@ -336,5 +410,5 @@ kiln_status_t kiln_module_from_library_info(const kiln_library_info_t* info,
   if (!info || !out_module)
     return kiln_error(KILN_ERR_INVALID_ARGUMENT,
                       "kiln_module_from_library_info: info and out_module must not be NULL");
-  return make_module(info, NULL, "<linked>", out_module);
+  return make_module(info, NULL, "<linked>", NULL, 0, out_module);
 }

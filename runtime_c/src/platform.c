@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -47,4 +48,10 @@ void kiln_platform_aligned_free(void* ptr) { free(ptr); }
 int32_t kiln_platform_num_cores(void) {
   long n = sysconf(_SC_NPROCESSORS_ONLN);
   return n >= 1 ? (int32_t)n : 1;
+}
+
+uint64_t kiln_platform_now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }

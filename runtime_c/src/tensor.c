@@ -138,8 +138,30 @@ void kiln_tensor_retain(kiln_tensor_t* tensor) {
 
 void kiln_tensor_release(kiln_tensor_t* tensor) {
   if (!tensor || KILN_ATOMIC_DEC(&tensor->refcount) != 0) return;
+  if (tensor->flags & KILN_TENSOR_FLAG_EMBEDDED) {
+    tensor->deleter(tensor->deleter_ctx); /* may free the memory the tensor lives in: last */
+    return;
+  }
   if (tensor->deleter) tensor->deleter(tensor->deleter_ctx);
   kiln_mem_free(tensor);
+}
+
+size_t kiln_tensor_embedded_size(int32_t ndim) {
+  return (header_size(ndim) + 7) & ~(size_t)7;
+}
+
+kiln_tensor_t* kiln_tensor_init_embedded(void* storage, const int64_t* shape, int32_t ndim,
+                                         DLDataType dtype, void* data, kiln_deleter_fn deleter,
+                                         void* deleter_ctx) {
+  kiln_tensor_t* t = storage;
+  init_header(t, shape, NULL, ndim, dtype);
+  t->dl.data = data;
+  t->dl.device.device_type = kDLCPU;
+  t->dl.device.device_id = 0;
+  t->flags = KILN_TENSOR_FLAG_EMBEDDED;
+  t->deleter = deleter;
+  t->deleter_ctx = deleter_ctx;
+  return t;
 }
 
 DLTensor* kiln_tensor_dltensor(kiln_tensor_t* tensor) { return tensor ? &tensor->dl : NULL; }

@@ -40,7 +40,7 @@ class KernelCtx(ctypes.Structure):
 
 class KernelParam(ctypes.Structure):
     _fields_ = [("name", ctypes.c_char_p), ("dtype_code", ctypes.c_uint8), ("dtype_bits", ctypes.c_uint8),
-                ("dtype_lanes", ctypes.c_uint16), ("ndim", ctypes.c_int32),
+                ("dtype_lanes", ctypes.c_uint16), ("ndim", ctypes.c_int32), ("flags", ctypes.c_uint32),
                 ("shape", ctypes.POINTER(ctypes.c_int64))]
 
 
@@ -90,7 +90,7 @@ class KernelLibrary:
         for j in range(k.num_params):
             p = k.params[j]
             shape = [p.shape[d] for d in range(p.ndim)] if p.ndim else []
-            out.append((p.name.decode(), p.dtype_code, p.dtype_bits, p.dtype_lanes, shape))
+            out.append((p.name.decode(), p.dtype_code, p.dtype_bits, p.dtype_lanes, shape, p.flags))
         return out
 
     def sym_names(self, name: str):

@@ -106,10 +106,12 @@ def test_library_info_table(build):
     body = realize("B", [("S", m, i)], lambda vi: store(B, A[0, 0, vi].astype("int8"), vi))
     f1 = prim_func([A, B, flag], nest([(i, m, "serial")], body))
     lib = build(IRModule({"my-kernel.v2": f1, "my_kernel_v2": add_one(), "main": add_one(4)}))
-    assert lib.info.abi_version == 1 and set(lib.kernels) == {"my-kernel.v2", "my_kernel_v2", "main"}
-    assert lib.params("my-kernel.v2") == [("A", 2, 32, 1, [-1, 4, -2]), ("B", 0, 8, 1, [-2]), ("flag", 6, 8, 1, [])]
+    assert lib.info.abi_version == 2 and set(lib.kernels) == {"my-kernel.v2", "my_kernel_v2", "main"}
+    # the last field: KILN_PARAM_WRITTEN (1) for the parameters the kernel stores into
+    assert lib.params("my-kernel.v2") == [("A", 2, 32, 1, [-1, 4, -2], 0), ("B", 0, 8, 1, [-2], 1),
+                                          ("flag", 6, 8, 1, [], 0)]
     assert lib.sym_names("my-kernel.v2") == ["n", "m"]
-    assert lib.params("main") == [("A", 2, 32, 1, [4]), ("B", 2, 32, 1, [4])]
+    assert lib.params("main") == [("A", 2, 32, 1, [4], 0), ("B", 2, 32, 1, [4], 1)]
     assert lib.sym_names("main") == []
     # sanitized, de-duplicated symbols
     assert hasattr(lib.lib, "kiln_fn_my_kernel_v2") and hasattr(lib.lib, "kiln_fn_my_kernel_v2_2")

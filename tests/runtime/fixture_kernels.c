@@ -157,14 +157,14 @@ static const char* const names_mn[] = {"m", "n"};
 #define MAIN_B_BITS 32
 #endif
 
-static const kiln_kernel_param_t main_params[] = {{"A", kDLFloat, 32, 1, 1, shape_8},
-                                                  {"B", MAIN_B_CODE, MAIN_B_BITS, 1, 1, shape_8}};
-static const kiln_kernel_param_t scale_params[] = {{"A", kDLFloat, 32, 1, 1, shape_sym0},
-                                                   {"B", kDLFloat, 32, 1, 1, shape_sym0}};
-static const kiln_kernel_param_t rowsum_params[] = {{"A", kDLFloat, 64, 1, 2, shape_sym01},
-                                                    {"B", kDLFloat, 64, 1, 1, shape_sym0}};
-static const kiln_kernel_param_t threads_params[] = {{"T", kDLInt, 64, 1, 1, shape_4}};
-static const kiln_kernel_param_t fail_params[] = {{"X", kDLInt, 32, 1, 1, shape_1}};
+static const kiln_kernel_param_t main_params[] = {{"A", kDLFloat, 32, 1, 1, 0, shape_8},
+                                                  {"B", MAIN_B_CODE, MAIN_B_BITS, 1, 1, KILN_PARAM_WRITTEN, shape_8}};
+static const kiln_kernel_param_t scale_params[] = {{"A", kDLFloat, 32, 1, 1, 0, shape_sym0},
+                                                   {"B", kDLFloat, 32, 1, 1, KILN_PARAM_WRITTEN, shape_sym0}};
+static const kiln_kernel_param_t rowsum_params[] = {{"A", kDLFloat, 64, 1, 2, 0, shape_sym01},
+                                                    {"B", kDLFloat, 64, 1, 1, KILN_PARAM_WRITTEN, shape_sym0}};
+static const kiln_kernel_param_t threads_params[] = {{"T", kDLInt, 64, 1, 1, KILN_PARAM_WRITTEN, shape_4}};
+static const kiln_kernel_param_t fail_params[] = {{"X", kDLInt, 32, 1, 1, KILN_PARAM_WRITTEN, shape_1}};
 
 static const kiln_kernel_info_t kernels[] = {
 #if !defined(FIXTURE_SINGLE) && !defined(FIXTURE_NO_MAIN)

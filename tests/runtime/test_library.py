@@ -139,7 +139,7 @@ def test_load_errors(kernel_libs, tmp_path):
     assert e.status == lib.KILN_ERR_INVALID_FORMAT
     e = _error(runtime.load_module, kernel_libs["bad_abi"])
     assert str(e) == (f"kernel library '{kernel_libs['bad_abi']}' has kernel ABI version 99, "
-                      "this runtime supports 1")
+                      "this runtime supports 2")
     assert e.status == lib.KILN_ERR_VERSION_MISMATCH
     e = _error(runtime.load_module, kernel_libs["bad_dtype"])
     assert str(e) == (f"kernel library '{kernel_libs['bad_dtype']}': kernel 0 'main': "
@@ -229,9 +229,11 @@ def test_pool_survives_fork(mod, threads):
 
 
 def test_overlapping_arguments_are_refused(mod):
-    # Kernels treat arguments as distinct memory; an alias must be an error, not a wrong answer.
+    # Kernels treat arguments as distinct memory; an output that aliases another argument must be
+    # an error, not a wrong answer.
     a = np.arange(16, dtype="float32")
-    with pytest.raises(KilnError, match=r"main: arguments 0 'A' and 1 'B' share memory"):
+    with pytest.raises(KilnError, match=r"main: arguments 0 'A' and 1 'B' share memory, and the "
+                                        r"kernel writes one of them"):
         mod["main"](a[:8], a[4:12])
     mod["main"](a[:8], a[8:])  # adjacent, not overlapping: fine
     np.testing.assert_array_equal(a[8:], np.arange(8, dtype="float32") + 1)

@@ -42,10 +42,13 @@ from llvmlite import ir
 from ..ir import dtype as dt
 from ..ir.expr import Buffer, IntImm, Var
 from ..ir.function import PrimFunc
+from ..ir.functor import collect
+from ..ir.stmt import BufferStore
 from . import cgutils as cg
 from .errors import CodegenError
 
-ABI_VERSION = 1
+ABI_VERSION = 2  # runtime_c/include/kiln_kernel_abi.h
+PARAM_WRITTEN = 1
 LIBRARY_SYMBOL = "kiln_library_info"
 
 # struct DLTensor { void* data; DLDevice device; int32 ndim; DLDataType dtype; int64* shape;
@@ -57,7 +60,7 @@ _DATA, _SHAPE, _BYTE_OFFSET = 0, 4, 6
 CTX = ir.LiteralStructType([cg.I32, cg.I32, cg.PTR, cg.PTR])
 TASK_FN = ir.FunctionType(cg.I32, [cg.I64, cg.I64, cg.PTR])
 LAUNCH_FN = ir.FunctionType(cg.I32, [cg.PTR, cg.PTR, cg.PTR, cg.I64])
-PARAM = ir.LiteralStructType([cg.PTR, cg.I8, cg.I8, cg.I16, cg.I32, cg.PTR])
+PARAM = ir.LiteralStructType([cg.PTR, cg.I8, cg.I8, cg.I16, cg.I32, cg.I32, cg.PTR])
 KERNEL = ir.LiteralStructType([cg.PTR, cg.PTR, cg.I32, cg.PTR, cg.I32, cg.PTR])
 LIBRARY = ir.LiteralStructType([cg.I32, cg.I32, cg.PTR])
 
@@ -69,6 +72,7 @@ class ParamInfo:
     name: str
     dtype: str
     shape: List[int]   # >= 0 fixed, < 0: symbolic dimension -1-k
+    written: bool = False  # the kernel stores into it (KILN_PARAM_WRITTEN)
 
 
 @dataclass
@@ -101,6 +105,7 @@ def describe(name: str, func: PrimFunc, symbol: str) -> KernelInfo:
     """The parameter table of a PrimFunc; symbolic dimensions numbered by first appearance."""
     syms: List[Var] = []
     params = []
+    written = {id(s.buffer) for s in collect(func.body, BufferStore)}
     for p in func.params:
         if isinstance(p, Var):
             params.append(ParamInfo(p.name, p.dtype, []))
@@ -118,7 +123,7 @@ def describe(name: str, func: PrimFunc, symbol: str) -> KernelInfo:
             else:
                 raise CodegenError(f"parameter '{p.name}' of '{name}' has shape entry {extent!r} at axis "
                                    f"{axis}; parameter shapes must be constants or plain variables")
-        params.append(ParamInfo(p.name, p.dtype, shape))
+        params.append(ParamInfo(p.name, p.dtype, shape, id(p) in written))
     return KernelInfo(name, symbol, params, [s.name for s in syms])
 
 
@@ -258,8 +263,9 @@ def emit_library_info(module: ir.Module, kernels: List[KernelInfo]) -> None:
         for p in k.params:
             code, bits, lanes = _dl_dtype(p.dtype)
             shape = array(cg.I64, [cg.I64(s) for s in p.shape], "shape")
+            flags = PARAM_WRITTEN if p.written else 0
             params.append(ir.Constant(PARAM, [string(p.name), cg.I8(code), cg.I8(bits), cg.I16(lanes),
-                                              cg.I32(len(p.shape)), shape]))
+                                              cg.I32(len(p.shape)), cg.I32(flags), shape]))
         syms = array(cg.PTR, [string(s) for s in k.sym_names], "syms")
         entries.append(ir.Constant(KERNEL, [string(k.name), k.fn, cg.I32(len(k.params)),
                                             array(PARAM, params, "params"), cg.I32(len(k.sym_names)), syms]))

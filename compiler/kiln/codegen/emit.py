@@ -12,7 +12,7 @@ import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass, field
-from typing import List, Optional
+from typing import Callable, List, Optional
 
 import llvmlite.binding as llvm
 from llvmlite import ir
@@ -54,9 +54,10 @@ def as_module(mod) -> IRModule:
                        "or a Schedule")
 
 
-def lower_to_llvm(mod, target) -> tuple:
+def lower_to_llvm(mod, target, allow_empty: bool = False) -> tuple:
     """Lower every PrimFunc of ``mod`` to one llvmlite module (unoptimized).
-    Returns ``(ir_module, kernels, notes)``. Non-PrimFunc functions are skipped."""
+    Returns ``(ir_module, kernels, notes)``. Non-PrimFunc functions are skipped. A module with
+    no PrimFunc is an error unless ``allow_empty`` (then the library table lists no kernels)."""
     mod = as_module(mod)
     target = parse_target(target)
     tm = target.create_target_machine()
@@ -69,7 +70,7 @@ def lower_to_llvm(mod, target) -> tuple:
     for name, func in mod.items():
         if isinstance(func, PrimFunc):
             kernels.append(lower_kernel(mctx, name, func, kernel_symbol(name, taken)))
-    if not kernels:
+    if not kernels and not allow_empty:
         raise CodegenError("the module has no tensor programs (PrimFuncs) to compile")
     emit_library_info(module, kernels)
     return module, kernels, mctx.notes
@@ -141,11 +142,18 @@ def _compile_ir(text, target, kernels, notes, options) -> CompiledModule:
     return CompiledModule(target, llmod, tm, kernels, notes)
 
 
-def build_library(mod, target="llvm", options: Optional[BuildOptions] = None) -> str:
+def build_library(mod, target="llvm", options: Optional[BuildOptions] = None, *,
+                  extra_objects: Optional[Callable[[Target], List[bytes]]] = None,
+                  extra_key: str = "", allow_empty: bool = False) -> str:
     """Compile ``mod`` and link it into a shared library in the cache; returns its path.
 
     The cache key is a hash of the unoptimized LLVM IR, the target and the codegen version, so
     a hit skips LLVM entirely. Only targets this machine can link for are accepted.
+
+    ``extra_objects(target)`` returns more object files (bytes) to link in; it is called only
+    on a cache miss, so ``extra_key`` must identify their content (it joins the cache key).
+    ``kiln.executable`` links the executable blob this way (with ``allow_empty`` for models
+    made only of external functions).
     """
     options = options or BuildOptions()
     target = parse_target(target)
@@ -153,19 +161,24 @@ def build_library(mod, target="llvm", options: Optional[BuildOptions] = None) ->
         raise CodegenError(f"cannot link a library for {target.triple} on this machine; use "
                            "compile_module(mod, target).save_object(path) and link the object "
                            "with that platform's toolchain")
-    module, kernels, notes = lower_to_llvm(mod, target)
+    module, kernels, notes = lower_to_llvm(mod, target, allow_empty)
     text = str(module)
     key = hashlib.sha256("\0".join([CODEGEN_VERSION, str(target), target.cpu, target.features,
-                                    str(options.opt_level), text]).encode()).hexdigest()[:32]
+                                    str(options.opt_level), text]
+                                   + ([extra_key] if extra_key else [])).encode()).hexdigest()[:32]
     os.makedirs(options.cache_dir, exist_ok=True)
     path = os.path.join(options.cache_dir, f"kiln_{key}.so")
     if os.path.exists(path):
         return path
     compiled = _compile_ir(text, target, kernels, notes, options)
     with tempfile.TemporaryDirectory(dir=options.cache_dir) as tmp:
-        obj = compiled.save_object(os.path.join(tmp, "kernels.o"))
+        objs = [compiled.save_object(os.path.join(tmp, "kernels.o"))]
+        for k, data in enumerate(extra_objects(target) if extra_objects else []):
+            objs.append(os.path.join(tmp, f"extra{k}.o"))
+            with open(objs[-1], "wb") as f:
+                f.write(data)
         out = os.path.join(tmp, "kernels.so")
-        cmd = [options.cc, "-shared", "-fPIC", "-o", out, obj, "-lm"]
+        cmd = [options.cc, "-shared", "-fPIC", "-o", out, *objs, "-lm"]
         if shutil.which(options.cc) is None:
             raise CodegenError(f"C compiler {options.cc!r} not found; it is needed to link kernel "
                                "libraries (set BuildOptions(cc=...))")

@@ -5,6 +5,12 @@ built from runtime_c/ by runtime_c/build_ffi.py).
     a = kiln.runtime.nd.array(np.arange(8, dtype="float32"))
     b = kiln.runtime.nd.empty((8,), "float32")
     rt(a, b)                 # or rt["main"](a, b); numpy arrays are passed without copying
+
+    vm = kiln.runtime.VirtualMachine(executable, kiln.runtime.cpu())   # a compiled model
+    y = vm["forward"](x, *params)
+
+    @kiln.runtime.register_func("env.relu")  # an external function executables call by name
+    def relu(x, out): ...
 """
 
 from . import nd
@@ -12,6 +18,8 @@ from ._base import KilnError, check, ffi, lib
 from .device import Device, cpu
 from .module import Function, Module, load_module
 from .ndarray import NDArray
+from .registry import get_func, register_func, unregister_func
+from .vm import ProfileReport, VirtualMachine
 
 
 def set_num_threads(n):
@@ -24,5 +32,6 @@ def get_num_threads():
     return lib.kiln_get_num_threads()
 
 
-__all__ = ["Device", "Function", "KilnError", "Module", "NDArray", "cpu", "get_num_threads",
-           "load_module", "nd", "set_num_threads"]
+__all__ = ["Device", "Function", "KilnError", "Module", "NDArray", "ProfileReport",
+           "VirtualMachine", "cpu", "get_func", "get_num_threads", "load_module", "nd",
+           "register_func", "set_num_threads", "unregister_func"]

@@ -4,14 +4,16 @@ import os
 import sys
 
 from ._base import KilnError, check, ffi, lib
+from .device import Device
 from .ndarray import NDArray, from_dlpack
 
 
 class Function:
     """A callable runtime function. ``f(*args)`` converts each argument to a runtime value
-    (None, int, float, str, NDArray, Module, Function; numpy arrays and other DLPack producers
-    are shared without copying) and returns the result converted back (None, int, float, str,
-    NDArray, Module, Function). Runtime errors raise KilnError."""
+    (None, int, float, str, NDArray, Module, Function, Device, tuple; numpy arrays and
+    other DLPack producers are shared without copying) and returns the result converted back
+    (None, int, float, str, NDArray, Module, Function, Device, tuple). Runtime errors raise
+    KilnError."""
 
     __slots__ = ("_handle", "__weakref__")
 
@@ -28,10 +30,10 @@ class Function:
         values = ffi.new("kiln_value_t[]", n)
         keep = []  # what the values point into (strings, wrapped arrays), alive for the call
         for i, arg in enumerate(args):
-            _to_value(arg, values[i], keep, self, i)
+            to_value(arg, values[i], keep, lambda: f"{self.name}: argument {i}")
         result = ffi.new("kiln_value_t*")
         check(lib.kiln_function_call(self._handle, values, n, result))
-        return _from_value(result)
+        return from_value(result)
 
     def __repr__(self):
         return f"kiln.Function({self.name!r})"
@@ -95,7 +97,10 @@ def load_module(path):
     return Module(out[0])
 
 
-def _to_value(arg, value, keep, fn, index):
+def to_value(arg, value, keep, where):
+    """Fills ``value`` (a ``kiln_value_t``) from a Python object, borrowing: what it points into
+    (strings, wrapped arrays, tuples) is appended to ``keep``, which must outlive its use.
+    ``where()`` names the argument in a TypeError."""
     if isinstance(arg, NDArray):
         value.kind = lib.KILN_VALUE_TENSOR
         value.u.tensor = arg._handle
@@ -118,13 +123,28 @@ def _to_value(arg, value, keep, fn, index):
     elif isinstance(arg, Function):
         value.kind = lib.KILN_VALUE_FUNCTION
         value.u.function = arg._handle
+    elif isinstance(arg, Device):
+        value.kind = lib.KILN_VALUE_DEVICE
+        value.u.device.device_type = arg.device_type
+        value.u.device.device_id = arg.device_id
+    elif isinstance(arg, tuple):
+        items = ffi.new("kiln_value_t[]", len(arg))
+        inner = []
+        for j, item in enumerate(arg):
+            to_value(item, items[j], inner, lambda: f"{where()} item {j}")
+        out = ffi.new("kiln_tuple_t**")
+        check(lib.kiln_tuple_create(items, len(arg), out))  # owns copies: `inner` may go
+        tup = ffi.gc(out[0], lib.kiln_tuple_release)
+        keep.append(tup)
+        value.kind = lib.KILN_VALUE_TUPLE
+        value.u.tuple = tup
     elif hasattr(arg, "__dlpack__"):
         tensor = from_dlpack(arg)
         keep.append(tensor)
         value.kind = lib.KILN_VALUE_TENSOR
         value.u.tensor = tensor._handle
     else:
-        raise TypeError(f"{fn.name}: argument {index} has unsupported type {type(arg).__name__}")
+        raise TypeError(f"{where()} has unsupported type {type(arg).__name__}")
 
 
 def _is_numpy_scalar(arg, kind):
@@ -132,8 +152,8 @@ def _is_numpy_scalar(arg, kind):
     return np is not None and isinstance(arg, getattr(np, kind))
 
 
-def _from_value(value):
-    """Converts an owned result value (a ``kiln_value_t*``), taking over its reference."""
+def from_value(value):
+    """Converts an owned value (a ``kiln_value_t*``), taking over its reference."""
     kind = value.kind
     if kind == lib.KILN_VALUE_NULL:
         return None
@@ -151,5 +171,33 @@ def _from_value(value):
         return Module(value.u.module)
     if kind == lib.KILN_VALUE_FUNCTION:
         return Function(value.u.function)
+    if kind == lib.KILN_VALUE_DEVICE:
+        return Device(value.u.device.device_type, value.u.device.device_id)
+    if kind == lib.KILN_VALUE_TUPLE:
+        tup = value.u.tuple
+        try:
+            item = ffi.new("kiln_value_t*")
+            items = []
+            for i in range(lib.kiln_tuple_size(tup)):
+                check(lib.kiln_tuple_get_item(tup, i, item))
+                items.append(from_value(item))
+            return tuple(items)
+        finally:
+            lib.kiln_value_release(value)
     lib.kiln_value_release(value)
     raise KilnError(f"unknown value kind {kind} returned by the runtime", lib.KILN_ERR_INTERNAL)
+
+
+def from_borrowed(value):
+    """Converts a borrowed value (a ``kiln_value_t*``): the result holds its own references."""
+    owned = ffi.new("kiln_value_t*")
+    check(lib.kiln_value_copy(value, owned))
+    return from_value(owned)
+
+
+# The earlier private names (tests use them).
+_from_value = from_value
+
+
+def _to_value(arg, value, keep, fn, index):
+    to_value(arg, value, keep, lambda: f"{fn.name}: argument {index}")

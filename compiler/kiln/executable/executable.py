@@ -1,0 +1,192 @@
+"""``compile``: an IRModule of graph functions and tensor programs -> an ``Executable``.
+
+The executable is one shared library in the build cache holding
+
+- the kernels: every PrimFunc of the module, lowered and compiled by ``kiln.codegen``, with
+  their ``kiln_library_info`` table;
+- the blob (``docs/executable-format.md``) as two data symbols, ``kiln_executable_blob``
+  (64-byte aligned bytes) and ``kiln_executable_blob_size`` (u64), emitted as a second object
+  from a small LLVM module and linked next to the kernels.
+
+>>> ex = kiln.compile(mod, target="llvm")           # doctest: +SKIP
+>>> ex.stats.arena_size, ex.kernel_names            # doctest: +SKIP
+>>> ex.export_library("model.so")                   # doctest: +SKIP
+"""
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import shutil
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Union
+
+import numpy as np
+
+from ..ir.function import IRModule
+from .format import ExecutableSpec, deserialize, disassemble, serialize
+from .lower import lower_module
+from .plan import MemoryPlan
+
+BLOB_SYMBOL = "kiln_executable_blob"
+BLOB_SIZE_SYMBOL = "kiln_executable_blob_size"
+
+
+@dataclass
+class ExecutableStats:
+    """What an executable holds; sizes in bytes. ``arena_size`` and ``naive_size`` add up the
+    graph functions' planned arenas (one arena per call of each function) with and without
+    sharing storage between tensors whose lifetimes do not overlap."""
+    num_kernels: int
+    num_externs: int
+    num_constants: int
+    constant_bytes: int
+    arena_size: int
+    naive_size: int
+    blob_size: int
+    plans: Dict[str, MemoryPlan] = field(default_factory=dict)
+
+
+class Executable:
+    """A compiled model: kernels plus the serialized graph functions, in one shared library.
+
+    ``library_path`` (the library in the build cache), ``blob`` (the serialized executable),
+    ``spec`` (its data model, ``kiln.executable.format.ExecutableSpec``), ``stats``,
+    ``kernel_names``, ``function_names``. ``export_library(path)`` copies the library out;
+    ``kiln.VirtualMachine(ex, kiln.cpu())`` runs it.
+    """
+
+    def __init__(self, library_path: str, blob: bytes, spec: ExecutableSpec, stats: ExecutableStats):
+        self.library_path, self.blob, self.spec, self.stats = library_path, blob, spec, stats
+
+    @property
+    def target(self) -> str:
+        return self.spec.target
+
+    @property
+    def kernel_names(self) -> List[str]:
+        """The kernels the bytecode calls, in table order."""
+        return list(self.spec.kernels)
+
+    @property
+    def function_names(self) -> List[str]:
+        return [f.name for f in self.spec.functions]
+
+    def export_library(self, path: Union[str, os.PathLike]) -> str:
+        """Copy the library (machine code + executable blob) to ``path``; returns the path.
+        Load it back with ``kiln.load_module(path)``."""
+        path = os.fspath(path)
+        if path.endswith((".a", ".o", ".lib")):
+            raise NotImplementedError(f"export_library({path!r}): static export (.a + header) is not "
+                                      "implemented yet; export a shared library (.so)")
+        shutil.copyfile(self.library_path, path)
+        return path
+
+    def load_module(self):
+        """The library loaded by the runtime (``kiln.load_module``), which has ``load_executable``."""
+        from ..runtime import load_module
+        return load_module(self.library_path)
+
+    def disassemble(self) -> str:
+        """The bytecode as text, one instruction per line (what ``kiln inspect`` shows)."""
+        return disassemble(self.spec)
+
+    def __repr__(self):
+        s = self.stats
+        return (f"Executable(functions={self.function_names}, kernels={s.num_kernels}, externs={s.num_externs}, "
+                f"constants={s.num_constants} ({s.constant_bytes} bytes), arena={s.arena_size} bytes "
+                f"(naive {s.naive_size}), target={self.spec.target!r})")
+
+
+def blob_object(blob: bytes, target) -> bytes:
+    """An object file for ``target`` defining the two blob symbols.
+
+    The initializer is written as LLVM IR text directly: llvmlite's constant formatter escapes
+    byte by byte in Python, far too slow for hundreds of megabytes of weights.
+    """
+    from llvmlite import ir
+    import llvmlite.binding as llvm
+    from ..codegen.target import parse_target
+
+    target = parse_target(target)
+    tm = target.create_target_machine()
+    mod = ir.Module(name="kiln_executable")
+    mod.triple, mod.data_layout = target.triple, str(tm.target_data)
+    size = ir.GlobalVariable(mod, ir.IntType(64), BLOB_SIZE_SYMBOL)
+    size.global_constant, size.initializer, size.align = True, ir.Constant(ir.IntType(64), len(blob)), 8
+    # Every byte as \XX: three characters per byte, built with numpy in one pass.
+    raw = np.frombuffer(blob, dtype=np.uint8)
+    hexd = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)
+    text = np.empty((raw.size, 3), dtype=np.uint8)
+    text[:, 0], text[:, 1], text[:, 2] = ord("\\"), hexd[raw >> 4], hexd[raw & 15]
+    init = text.tobytes().decode("ascii")
+    ir_text = (str(mod) + f'\n@{BLOB_SYMBOL} = constant [{len(blob)} x i8] c"{init}", align 64\n')
+    llmod = llvm.parse_assembly(ir_text)
+    llmod.verify()
+    return bytes(tm.emit_object(llmod))
+
+
+def read_blob(library_path: Union[str, os.PathLike]) -> bytes:
+    """The executable blob of a library built by ``compile`` (dlopen + the two symbols)."""
+    lib = ctypes.CDLL(os.fspath(library_path))
+    try:
+        n = ctypes.c_uint64.in_dll(lib, BLOB_SIZE_SYMBOL).value
+        base = ctypes.addressof(ctypes.c_uint8.in_dll(lib, BLOB_SYMBOL))
+    except ValueError:
+        raise ValueError(f"{library_path} has no executable blob (symbols {BLOB_SYMBOL}, "
+                         f"{BLOB_SIZE_SYMBOL}); it is a kernel library, not a compiled model") from None
+    return ctypes.string_at(base, n)
+
+
+def _canonical_target(target) -> str:
+    """The target as recorded in the blob: the host spelled out (triple and CPU), so the blob
+    says what it was built for even when compiled with plain ``"llvm"``."""
+    from ..codegen.target import parse_target
+    t = parse_target(target)
+    if not t.host:
+        return str(t)
+    return f"llvm -mtriple={t.triple} -mcpu={t.cpu}"
+
+
+def compile(mod: IRModule, target="llvm", pipeline: Union[None, str, Callable] = None,
+            options=None) -> Executable:
+    """Compile ``mod`` (graph functions calling tensor programs through ``call_tir`` and
+    external functions through ``call_dps_packed``) into an ``Executable`` for ``target``.
+
+    ``pipeline`` runs first when given: a name for ``kiln.get_pipeline`` (``"zero"``,
+    ``"default"``) or any ``IRModule -> IRModule`` callable. Without one, the module must
+    already be legalized: an operator call left in a graph function is an error saying so.
+    ``options`` is a ``kiln.codegen.BuildOptions`` (cache directory, C compiler, opt level).
+    """
+    from .. import driver
+    from ..codegen.emit import build_library
+    from ..codegen.target import parse_target
+
+    if pipeline is not None:
+        if isinstance(pipeline, str):
+            from ..transform.pipeline import get_pipeline
+            pipeline = get_pipeline(pipeline)
+        mod = pipeline(mod)
+    if not isinstance(mod, IRModule):
+        raise TypeError(f"kiln.compile takes an IRModule, got {type(mod).__name__}")
+    target = parse_target(target)
+    spec, plans = lower_module(mod, _canonical_target(target))
+    blob = serialize(spec)
+    lowered = driver.lower(mod)
+    path = build_library(lowered, target, options, extra_objects=lambda t: [blob_object(blob, t)],
+                         extra_key="blob:" + hashlib.sha256(blob).hexdigest(), allow_empty=True)
+    stats = ExecutableStats(
+        num_kernels=len(spec.kernels), num_externs=len(spec.externs), num_constants=len(spec.constants),
+        constant_bytes=sum(c.nbytes for c in spec.constants),
+        arena_size=sum(p.arena_size for p in plans.values()),
+        naive_size=sum(p.naive_size for p in plans.values()), blob_size=len(blob), plans=plans)
+    return Executable(path, blob, spec, stats)
+
+
+def load_spec(library_path: Union[str, os.PathLike]) -> ExecutableSpec:
+    """The checked data model of the blob inside a compiled library (for ``kiln inspect``)."""
+    return deserialize(read_blob(library_path))
+
+
+__all__ = ["Executable", "ExecutableStats", "compile", "blob_object", "read_blob", "load_spec",
+           "BLOB_SYMBOL", "BLOB_SIZE_SYMBOL"]

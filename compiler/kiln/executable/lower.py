@@ -1,0 +1,335 @@
+"""Lower graph functions to VM bytecode (``docs/executable-format.md``, BYTECODE).
+
+Input: an IRModule after the passes, whose graph functions bind only ``call_tir``,
+``call_dps_packed``, constants, tuples, tuple items and variable aliases. Output: an
+``ExecutableSpec`` (kernels, externs, deduplicated constants, one ``FunctionSpec`` per graph
+function) plus the memory plan of each function.
+
+How one function becomes code:
+
+- parameters take registers ``0..P-1``; every other value gets a fresh register (aliases
+  ``y = x`` reuse ``x``'s, so they cost nothing);
+- a constant is loaded once, where it is first used (``LOAD_CONST``); identical arrays share
+  one pool entry across the whole module;
+- ``call_tir(f, args)`` allocates each output, then ``CALL_KERNEL f, args + outputs``; a tuple
+  result is ``MAKE_TUPLE`` of the outputs. ``call_dps_packed`` is the same with
+  ``CALL_EXTERN``;
+- an output lives in the arena (``ALLOC_ARENA`` at the offset ``plan.plan_memory`` chose) when
+  its shape is static and it cannot escape the call; it is ``ALLOC_OUTPUT`` when it may be
+  returned (directly, through an alias, or inside a returned tuple) or its shape is symbolic;
+- tuples are ``MAKE_TUPLE`` / ``GET_ITEM``; the body ends with ``RET``.
+"""
+from __future__ import annotations
+
+import hashlib
+from typing import Dict, List, Optional, Tuple
+
+import numpy as np
+
+from ..ir.expr import IntImm, Var
+from ..ir.function import IRModule, PrimFunc
+from ..ir.graph import (Call, Constant, ExternFunc, Function, GlobalVar, GraphExpr, GraphVar, TensorType,
+                        Tuple as GTuple, TupleGetItem, TupleType)
+from .format import (RESERVED_NAMES, ExecutableSpec, FunctionSpec, Instruction, Op, ParamSpec, dtype_nbytes,
+                     dtype_to_dl)
+from .plan import Alloc, MemoryPlan, plan_memory
+
+
+class LowerError(ValueError):
+    """A graph function that cannot become bytecode; the message names the function and binding."""
+
+
+BUILTINS = ("call_tir", "call_dps_packed")
+
+
+class Tables:
+    """The module-wide tables of the executable: kernels, externs, constants (deduplicated)."""
+
+    def __init__(self):
+        self.kernels: List[str] = []
+        self.externs: List[str] = []
+        self.constants: List[np.ndarray] = []
+        self._const_keys: Dict[tuple, List[int]] = {}
+
+    @staticmethod
+    def _index(table: List[str], name: str) -> int:
+        if name not in table:
+            table.append(name)
+        return table.index(name)
+
+    def kernel(self, name: str) -> int:
+        return self._index(self.kernels, name)
+
+    def extern(self, name: str) -> int:
+        return self._index(self.externs, name)
+
+    def constant(self, data: np.ndarray) -> int:
+        """Pool index of ``data``; an identical array (dtype, shape, bytes) already pooled is reused."""
+        arr = np.asarray(data, order="C")  # ascontiguousarray would turn 0-d into 1-d
+        key = (arr.dtype.str, arr.shape, hashlib.sha256(arr.tobytes()).digest())
+        for k in self._const_keys.get(key, []):
+            if np.array_equal(self.constants[k], arr):
+                return k
+        self.constants.append(arr)
+        self._const_keys.setdefault(key, []).append(len(self.constants) - 1)
+        return len(self.constants) - 1
+
+
+def _flatten(tree) -> frozenset:
+    """All allocation ids a value may refer to (a tree: frozenset leaf or tuple of trees)."""
+    if isinstance(tree, tuple):
+        return frozenset().union(*[_flatten(t) for t in tree]) if tree else frozenset()
+    return tree
+
+
+def _tensor_types(ty, what: str) -> List[TensorType]:
+    """The tensors a call writes: one for a TensorType, each field of a flat TupleType."""
+    if isinstance(ty, TensorType):
+        return [ty]
+    if isinstance(ty, TupleType) and all(isinstance(f, TensorType) for f in ty.fields):
+        return list(ty.fields)
+    raise LowerError(f"{what}: output type must be a tensor or a tuple of tensors, got {ty!r}")
+
+
+def _op_hint(op: str) -> str:
+    return (f"operator call '{op}' must be legalized to call_tir before compiling; run a pipeline "
+            f"first (kiln.get_pipeline('zero')(mod)) or pass kiln.compile(mod, pipeline='zero')")
+
+
+class _FunctionLowering:
+    """Lowers one graph function. ``analyse`` finds allocations, lifetimes and escapes;
+    ``emit`` writes the code once the plan is known."""
+
+    def __init__(self, name: str, func: Function, tables: Tables, prim_funcs: Dict[str, PrimFunc]):
+        self.name, self.func, self.tables, self.prim_funcs = name, func, tables, prim_funcs
+        self.sym_names: List[str] = []
+        self.params = [self._param(i, p) for i, p in enumerate(func.params)]
+        self.bindings = list(func.bindings())
+        # Filled by analyse(): per call binding, the allocation ids of its outputs.
+        self.outputs: Dict[int, List[int]] = {}
+        self.alloc_types: Dict[int, TensorType] = {}
+        self.plan: Optional[MemoryPlan] = None
+        self.arena_ids: set = set()
+
+    def _where(self, i: int) -> str:
+        if i >= len(self.bindings):
+            return f"graph function '{self.name}', return value"
+        return f"graph function '{self.name}', binding {i} '{self.bindings[i].var.name}'"
+
+    # ---- signature ---------------------------------------------------------------------
+    def _param(self, i: int, p: GraphVar) -> ParamSpec:
+        ty = p.ty
+        if not isinstance(ty, TensorType) or ty.shape is None:
+            raise LowerError(f"graph function '{self.name}': parameter {i} '{p.name}' has type {ty!r}; "
+                             "executable functions take tensors of known rank")
+        shape = []
+        for axis, d in enumerate(ty.shape):
+            if isinstance(d, IntImm):
+                shape.append(int(d.value))
+            elif isinstance(d, Var):
+                if d.name not in self.sym_names:
+                    self.sym_names.append(d.name)
+                shape.append(d.name)
+            else:
+                raise LowerError(f"graph function '{self.name}': parameter {i} '{p.name}' has shape entry "
+                                 f"{d!r} at axis {axis}; parameter dimensions must be constants or "
+                                 "symbolic variables")
+        return ParamSpec(p.name, ty.dtype, shape)
+
+    def _dims(self, ty: TensorType, what: str) -> List[int]:
+        """Shape of an allocation as bytecode dims (>= 0 fixed, -1-k symbolic k)."""
+        if ty.shape is None:
+            raise LowerError(f"{what}: output of unknown rank cannot be allocated")
+        dims = []
+        for d in ty.shape:
+            if isinstance(d, IntImm):
+                dims.append(int(d.value))
+            elif isinstance(d, Var) and d.name in self.sym_names:
+                dims.append(-1 - self.sym_names.index(d.name))
+            elif isinstance(d, Var):
+                raise LowerError(f"{what}: output dimension '{d.name}' appears in no parameter shape of "
+                                 f"'{self.name}', so the VM cannot know it")
+            else:
+                raise LowerError(f"{what}: output dimension {d!r} is an expression; the executable "
+                                 "format allocates only constant or plain symbolic dimensions")
+        return dims
+
+    # ---- analysis: allocations, live ranges, escapes -----------------------------------
+    def analyse(self) -> None:
+        trees: Dict[GraphVar, object] = {p: frozenset() for p in self.func.params}
+        first: Dict[int, int] = {}
+        last: Dict[int, int] = {}
+
+        def tree(e: GraphExpr, i: int):
+            if isinstance(e, GraphVar):
+                if e not in trees:
+                    raise LowerError(f"{self._where(i)}: uses '{e.name}' before it is defined")
+                return trees[e]
+            if isinstance(e, GTuple):
+                return tuple(tree(f, i) for f in e.fields)
+            if isinstance(e, TupleGetItem):
+                t = tree(e.tuple_value, i)
+                return t[e.index] if isinstance(t, tuple) and e.index < len(t) else _flatten(t)
+            if isinstance(e, Constant):
+                return frozenset()
+            if isinstance(e, Call):
+                raise LowerError(f"{self._where(i)}: nested call '{e.op}' in an argument; "
+                                 "bind every call to a variable first (normalize the function)")
+            raise LowerError(f"{self._where(i)}: cannot lower a {type(e).__name__} value")
+
+        for i, b in enumerate(self.bindings):
+            v = b.value
+            if isinstance(v, Call):
+                if v.op not in BUILTINS:
+                    raise LowerError(f"{self._where(i)}: {_op_hint(v.op)}")
+                args = tree(v.args[1], i)
+                for a in _flatten(args):
+                    last[a] = i
+                ids = []
+                for ty in _tensor_types(v.ty, self._where(i)):
+                    k = len(self.alloc_types)
+                    self.alloc_types[k] = ty
+                    first[k] = last[k] = i
+                    ids.append(k)
+                self.outputs[i] = ids
+                trees[b.var] = frozenset(ids[:1]) if isinstance(v.ty, TensorType) else \
+                    tuple(frozenset([k]) for k in ids)
+            else:
+                t = tree(v, i)
+                for a in _flatten(t):
+                    last[a] = max(last[a], i)
+                trees[b.var] = t
+        escaping = _flatten(tree(self.func.body, len(self.bindings)))
+
+        allocs = []
+        for k, ty in self.alloc_types.items():
+            shape = ty.static_shape()
+            if k in escaping or shape is None:
+                continue  # returned, or sized by symbolic dims: ALLOC_OUTPUT
+            nbytes = int(np.prod(shape, dtype=np.int64)) * dtype_nbytes(ty.dtype)
+            allocs.append(Alloc(k, nbytes, first[k], last[k]))
+        self.arena_ids = {a.key for a in allocs}
+        self.plan = plan_memory(allocs)
+
+    # ---- emission -------------------------------------------------------------------------
+    def emit(self) -> FunctionSpec:
+        code: List[Instruction] = []
+        regs: Dict[GraphVar, int] = {p: i for i, p in enumerate(self.func.params)}
+        const_regs: Dict[int, int] = {}
+        counter = [len(self.params)]
+
+        def new_reg() -> int:
+            counter[0] += 1
+            return counter[0] - 1
+
+        def value(e: GraphExpr, i: int) -> int:
+            """The register holding ``e``, emitting what computes it (constants, tuples, items)."""
+            if isinstance(e, GraphVar):
+                return regs[e]
+            if isinstance(e, Constant):
+                k = self.tables.constant(e.data)
+                if k not in const_regs:
+                    const_regs[k] = new_reg()
+                    code.append(Instruction(Op.LOAD_CONST, [const_regs[k], k]))
+                return const_regs[k]
+            if isinstance(e, GTuple):
+                fields = [value(f, i) for f in e.fields]
+                dst = new_reg()
+                code.append(Instruction(Op.MAKE_TUPLE, [dst, len(fields), *fields]))
+                return dst
+            if isinstance(e, TupleGetItem):
+                src = value(e.tuple_value, i)
+                dst = new_reg()
+                code.append(Instruction(Op.GET_ITEM, [dst, src, e.index]))
+                return dst
+            raise LowerError(f"{self._where(i)}: cannot lower a {type(e).__name__} value")  # pragma: no cover
+
+        for i, b in enumerate(self.bindings):
+            v = b.value
+            if isinstance(v, Call):
+                regs[b.var] = self._emit_call(i, v, value, new_reg, code)
+            else:
+                regs[b.var] = value(v, i)
+        code.append(Instruction(Op.RET, [value(self.func.body, len(self.bindings))]))
+        return FunctionSpec(self.name, self.params, list(self.sym_names), counter[0],
+                            self.plan.arena_size, code)
+
+    def _emit_call(self, i, call: Call, value, new_reg, code) -> int:
+        callee, args = call.args[0], call.args[1]
+        fields = args.fields if isinstance(args, GTuple) else None
+        if fields is None:
+            raise LowerError(f"{self._where(i)}: {call.op} takes its arguments as a tuple expression")
+        if call.op == "call_tir":
+            if not isinstance(callee, GlobalVar):
+                raise LowerError(f"{self._where(i)}: call_tir callee must be a GlobalVar, got {callee!r}")
+            prim = self.prim_funcs.get(callee.name)
+            if prim is None:
+                raise LowerError(f"{self._where(i)}: call_tir calls '{callee.name}', which is not a tensor "
+                                 f"program of the module (PrimFuncs: {sorted(self.prim_funcs)})")
+            for j, f in enumerate(fields):
+                if not isinstance(f.ty, TensorType):
+                    raise LowerError(f"{self._where(i)}: call_tir argument {j} is not a tensor ({f.ty!r})")
+            n_out = len(self.outputs[i])
+            if len(prim.params) != len(fields) + n_out:
+                raise LowerError(f"{self._where(i)}: call_tir '{callee.name}' with {len(fields)} inputs and "
+                                 f"{n_out} outputs, but the tensor program has {len(prim.params)} parameters")
+            op, index = Op.CALL_KERNEL, self.tables.kernel(callee.name)
+        else:
+            if not isinstance(callee, ExternFunc):
+                raise LowerError(f"{self._where(i)}: call_dps_packed callee must be an ExternFunc, got {callee!r}")
+            op, index = Op.CALL_EXTERN, self.tables.extern(callee.name)
+        in_regs = [value(f, i) for f in fields]
+        out_regs = []
+        for k in self.outputs[i]:
+            ty = self.alloc_types[k]
+            dst = new_reg()
+            dims = self._dims(ty, self._where(i))
+            dtype = list(dtype_to_dl(ty.dtype))
+            if k in self.arena_ids:
+                code.append(Instruction(Op.ALLOC_ARENA, [dst, self.plan.offsets[k], *dtype, len(dims), *dims]))
+            else:
+                code.append(Instruction(Op.ALLOC_OUTPUT, [dst, *dtype, len(dims), *dims]))
+            out_regs.append(dst)
+        code.append(Instruction(op, [index, len(in_regs) + len(out_regs), *in_regs, *out_regs]))
+        if isinstance(call.ty, TensorType):
+            return out_regs[0]
+        dst = new_reg()
+        code.append(Instruction(Op.MAKE_TUPLE, [dst, len(out_regs), *out_regs]))
+        return dst
+
+
+def lower_function(name: str, func: Function, tables: Tables,
+                   prim_funcs: Dict[str, PrimFunc]) -> Tuple[FunctionSpec, MemoryPlan]:
+    """Bytecode for one graph function; its kernels, externs and constants go into ``tables``."""
+    fl = _FunctionLowering(name, func, tables, prim_funcs)
+    fl.analyse()
+    return fl.emit(), fl.plan
+
+
+def check_lowerable(mod: IRModule) -> None:
+    """Raise ``LowerError`` if a graph function still calls an operator (legalize first)."""
+    for name, func in mod.items():
+        if isinstance(func, Function):
+            for b in func.bindings():
+                if isinstance(b.value, Call) and b.value.op not in BUILTINS:
+                    raise LowerError(f"graph function '{name}', binding '{b.var.name}': {_op_hint(b.value.op)}")
+
+
+def lower_module(mod: IRModule, target: str) -> Tuple[ExecutableSpec, Dict[str, MemoryPlan]]:
+    """The executable spec of every graph function of ``mod``, and each function's memory plan."""
+    check_lowerable(mod)
+    prims = {n: f for n, f in mod.items() if isinstance(f, PrimFunc)}
+    tables = Tables()
+    functions, plans = [], {}
+    for name, func in mod.items():
+        if isinstance(func, Function):
+            if name in RESERVED_NAMES:
+                # The VM module's own functions: a graph function of that name could not be called.
+                raise LowerError(f"a graph function may not be named '{name}': the VM module has its "
+                                 f"own function of that name ({', '.join(RESERVED_NAMES)} are reserved)")
+            spec, plans[name] = lower_function(name, func, tables, prims)
+            functions.append(spec)
+    if not functions:
+        raise LowerError("the module has no graph functions to compile; kiln.build compiles a module "
+                         "of tensor programs alone")
+    return ExecutableSpec(target, tables.kernels, tables.externs, tables.constants, functions), plans

@@ -1,0 +1,112 @@
+"""``kiln.VirtualMachine``: runs a compiled model through the runtime's bytecode VM.
+
+    vm = kiln.VirtualMachine(kiln.compile(mod, "llvm"), kiln.cpu())
+    y = vm["forward"](x, *params)              # NDArray (or a tuple of them)
+    print(vm.profile("forward", x, *params))   # per-kernel times
+
+A thin layer over the C object model: the executable's library module has ``load_executable``,
+which returns a VM module with ``init(device)``, ``profile(name, ...)`` and one function per
+graph function (docs/executable-format.md).
+"""
+
+import os
+from typing import NamedTuple
+
+from ._base import KilnError, lib
+from .device import Device, cpu
+from .module import Module, load_module
+
+
+class VirtualMachine:
+    """A compiled model, loaded and initialised for a device.
+
+    ``executable`` is an ``Executable`` (from ``kiln.compile``), a runtime Module (a library
+    from ``kiln.load_module("model.so")``, or a VM module from its ``load_executable``) or the
+    path of an exported library. ``device`` defaults to ``kiln.cpu()``.
+    ``vm["forward"]`` is a ``kiln.Function``: call it with NDArrays or numpy arrays (shared
+    without copying); it returns an NDArray or a tuple. Errors raise ``kiln.KilnError`` with the
+    runtime's message, e.g. ``forward: argument 0 'x' expected shape (1, 784), got (1, 785)``.
+    Calls may run concurrently from several threads.
+    """
+
+    def __init__(self, executable, device=None):
+        self._executable = None  # an Executable owns its library file: keep it alive
+        if isinstance(executable, Module):
+            module = executable
+        elif isinstance(executable, (str, os.PathLike)):
+            module = load_module(executable)
+        elif hasattr(executable, "library_path"):
+            self._executable = executable
+            module = load_module(executable.library_path)
+        else:
+            raise TypeError("VirtualMachine takes an Executable, a runtime Module or a library path, "
+                            f"not {type(executable).__name__}")
+        if module.kind != "vm":
+            if "load_executable" not in module:
+                raise KilnError(f"{module!r} holds no executable (no function 'load_executable'): it is "
+                                "a kernel library, not a compiled model", lib.KILN_ERR_NOT_FOUND)
+            module = module["load_executable"]()
+        self.module = module
+        if isinstance(device, str):
+            device = Device(device)
+        self.device = device if device is not None else cpu()
+        module["init"](self.device)
+
+    @property
+    def function_names(self):
+        """The graph functions ("forward", ...), without the VM's own init and profile."""
+        return [n for n in self.module.function_names if n not in ("init", "profile")]
+
+    def __getitem__(self, name):
+        return self.module[name]
+
+    def __contains__(self, name):
+        return name in self.function_names
+
+    def profile(self, name, *args):
+        """Runs function ``name`` on ``args`` once and returns a ``ProfileReport``: per kernel,
+        external function and other VM instruction, its calls and total time."""
+        return ProfileReport(name, [ProfileRow(*row) for row in self.module["profile"](name, *args)])
+
+    def __repr__(self):
+        return f"kiln.VirtualMachine({', '.join(self.function_names)}; {self.device!r})"
+
+
+class ProfileRow(NamedTuple):
+    name: str      # kernel or external function name, opcode name, or "total"
+    kind: str      # "kernel", "extern", "vm" or "total"
+    calls: int
+    total_us: float
+
+
+class ProfileReport:
+    """What ``VirtualMachine.profile`` measured: ``rows`` (ProfileRow), ``total_us`` (the whole
+    call, argument checks included), ``kernels`` (name -> total µs). ``str(report)`` is a table,
+    slowest first."""
+
+    def __init__(self, function, rows):
+        self.function = function
+        self.rows = [r for r in rows if r.kind != "total"]
+        total = [r for r in rows if r.kind == "total"]
+        self.total_us = total[0].total_us if total else sum(r.total_us for r in self.rows)
+
+    @property
+    def kernels(self):
+        return {r.name: r.total_us for r in self.rows if r.kind == "kernel"}
+
+    def __str__(self):
+        rows = sorted(self.rows, key=lambda r: -r.total_us)
+        width = max([len(r.name) for r in rows] + [len("total")])
+        lines = [f"profile of {self.function!r}",
+                 f"{'name':<{width}}  {'kind':<6}  {'calls':>5}  {'total us':>10}  {'%':>6}"]
+        for r in rows:
+            share = 100.0 * r.total_us / self.total_us if self.total_us else 0.0
+            lines.append(f"{r.name:<{width}}  {r.kind:<6}  {r.calls:>5}  {r.total_us:>10.1f}  {share:>5.1f}%")
+        lines.append(f"{'total':<{width}}  {'':<6}  {'':>5}  {self.total_us:>10.1f}  {100.0:>5.1f}%")
+        return "\n".join(lines)
+
+    def __repr__(self):
+        return f"ProfileReport({self.function!r}, {len(self.rows)} rows, {self.total_us:.1f} us)"
+
+
+__all__ = ["ProfileReport", "ProfileRow", "VirtualMachine"]

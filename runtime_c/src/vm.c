@@ -1,0 +1,401 @@
+/* vm.c — the "vm" module kind: a validated executable (vm.h) run by a register interpreter.
+ *
+ * Functions: init(device), profile(name, ...), and one per graph function. A call checks its
+ * arguments like a kernel call, allocates one frame (registers, scratch, the tensors that view
+ * the arena, and the arena itself), runs the straight-line bytecode and returns the RET value.
+ * The frame is reference counted: a view of the arena that outlives the call (returned, or kept
+ * by an external function) keeps the frame alive, so no tensor ever points at freed memory.
+ *
+ * Thread safety: the program is immutable after load; init publishes a new, immutable state
+ * (device and resolved external functions) with one atomic compare-and-swap, and a call reads
+ * the newest state once. Old states are kept until the module goes, so a call never sees its
+ * state freed. Calls share nothing mutable. */
+#include <string.h>
+
+#include "vm.h"
+
+typedef struct vm_state_t {
+  struct vm_state_t* next; /* the state init replaced, freed with the module */
+  DLDevice device;
+  uint32_t num_externs;
+  kiln_function_t* externs[]; /* one reference each */
+} vm_state_t;
+
+typedef struct {
+  kiln_module_t base;
+  kiln_module_t* library; /* one reference: the kernels and the blob live there */
+  kiln_vm_program_t* program;
+  vm_state_t* state;      /* newest first; NULL before init; accessed atomically */
+} vm_module_t;
+
+enum { FN_INIT = -1, FN_PROFILE = -2, NUM_BUILTINS = 2 };
+
+typedef struct {
+  kiln_function_t base;
+  int32_t index; /* a graph function, or FN_INIT / FN_PROFILE */
+} vm_function_t;
+
+typedef struct {
+  int32_t refcount; /* the call, plus one per live arena view */
+} frame_t;
+
+typedef struct {
+  uint64_t calls, ns;
+} prof_slot_t;
+
+static void frame_release(void* frame) {
+  if (KILN_ATOMIC_DEC(&((frame_t*)frame)->refcount) == 0) kiln_mem_free(frame);
+}
+
+/* "forward: instruction 3 (CALL_KERNEL): <the message the failing step left>". */
+static kiln_status_t context_error(const kiln_vm_function_t* f, uint32_t pc, kiln_status_t st) {
+  char inner[1024];
+  kiln_format(inner, sizeof inner, "%s", kiln_last_error());
+  return kiln_error(st, "%s: instruction %u (%s): %s", f->name, (unsigned)pc,
+                    kiln_vm_opcode_name(f->code[pc].op), inner);
+}
+
+static void set_reg(kiln_value_t* reg, kiln_value_t value) {
+  kiln_value_release(reg);
+  *reg = value;
+}
+
+/* ALLOC_ARENA and ALLOC_OUTPUT: the tensor for `in` with its symbolic dims bound. */
+static kiln_status_t alloc_tensor(const kiln_vm_function_t* f, uint32_t pc, const int64_t* sym,
+                                  uint8_t* frame, kiln_value_t* out) {
+  const kiln_vm_instr_t* in = &f->code[pc];
+  int arena = in->op == KILN_OP_ALLOC_ARENA;
+  const int64_t* dt = in->ops + (arena ? 2 : 1);
+  DLDataType dtype = {(uint8_t)dt[0], (uint8_t)dt[1], (uint16_t)dt[2]};
+  int32_t ndim = (int32_t)dt[3];
+  int64_t shape[KILN_MAX_NDIM];
+  for (int32_t d = 0; d < ndim; ++d) shape[d] = dt[4 + d] >= 0 ? dt[4 + d] : sym[-1 - dt[4 + d]];
+  kiln_tensor_t* t = NULL;
+  if (!arena) {
+    kiln_status_t st = kiln_tensor_create(shape, ndim, dtype, (DLDevice){kDLCPU, 0}, &t);
+    if (st != KILN_OK) return context_error(f, pc, st);
+  } else {
+    uint64_t offset = (uint64_t)in->ops[1], nbytes = 0;
+    if (in->symbolic &&
+        (!kiln_vm_shape_nbytes(shape, ndim, ((uint64_t)dtype.bits * dtype.lanes + 7) / 8, &nbytes) ||
+         offset > f->arena_size || nbytes > f->arena_size - offset)) {
+      char s[KILN_SHAPE_STRING];
+      kiln_format_shape(s, sizeof s, shape, ndim, NULL);
+      return kiln_error(KILN_ERR_SHAPE_MISMATCH, "%s: instruction %u (ALLOC_ARENA): a view of shape "
+                        "%s at offset %llu does not fit in the arena of %llu bytes", f->name,
+                        (unsigned)pc, s, (unsigned long long)offset,
+                        (unsigned long long)f->arena_size);
+    }
+    KILN_ATOMIC_INC(&((frame_t*)frame)->refcount);
+    t = kiln_tensor_init_embedded(frame + in->slot, shape, ndim, dtype,
+                                  frame + f->off_arena + offset, frame_release, frame);
+  }
+  out->kind = KILN_VALUE_TENSOR;
+  out->u.tensor = t;
+  return KILN_OK;
+}
+
+/* Runs graph function `f`; with `prof`, accumulates per-kernel / extern / opcode times. */
+static kiln_status_t run(const vm_module_t* vm, const vm_state_t* state,
+                         const kiln_vm_function_t* f, const kiln_value_t* args, int32_t num_args,
+                         prof_slot_t* prof, kiln_value_t* out_result) {
+  const kiln_vm_program_t* prog = vm->program;
+  int64_t sym[KILN_MAX_KERNEL_SYMS];
+  kiln_status_t st = kiln_kernel_check_args(&f->sig, args, num_args, sym);
+  if (st != KILN_OK) return st;
+  uint8_t* frame = kiln_mem_alloc(f->frame_size);
+  if (!frame)
+    return kiln_error(KILN_ERR_OUT_OF_MEMORY, "%s: out of memory allocating the call's %zu bytes "
+                      "(registers and an arena of %llu bytes)", f->name, f->frame_size,
+                      (unsigned long long)f->arena_size);
+  ((frame_t*)frame)->refcount = 1;
+  kiln_value_t* regs = (kiln_value_t*)(frame + f->off_regs);
+  kiln_value_t* scratch = (kiln_value_t*)(frame + f->off_scratch);
+  memset(regs, 0, (size_t)f->num_registers * sizeof *regs); /* KILN_VALUE_NULL */
+  for (int32_t i = 0; i < num_args; ++i) {
+    regs[i] = args[i]; /* tensors (checked): the registers own a reference */
+    kiln_tensor_retain(args[i].u.tensor);
+  }
+  uint32_t op_base = prog->num_kernels + prog->num_externs;
+  int done = 0;
+  for (uint32_t pc = 0; pc < f->num_instrs && !done && st == KILN_OK; ++pc) {
+    const kiln_vm_instr_t* in = &f->code[pc];
+    const int64_t* o = in->ops;
+    uint64_t start = prof ? kiln_platform_now_ns() : 0;
+    uint32_t slot = op_base + in->op;
+    kiln_value_t v = {KILN_VALUE_NULL, {0}};
+    switch (in->op) {
+      case KILN_OP_LOAD_CONST:
+        kiln_tensor_retain(prog->constants[o[1]]);
+        v.kind = KILN_VALUE_TENSOR;
+        v.u.tensor = prog->constants[o[1]];
+        set_reg(&regs[o[0]], v);
+        break;
+      case KILN_OP_ALLOC_ARENA:
+      case KILN_OP_ALLOC_OUTPUT:
+        st = alloc_tensor(f, pc, sym, frame, &v);
+        if (st == KILN_OK) set_reg(&regs[o[0]], v);
+        break;
+      case KILN_OP_CALL_KERNEL: {
+        const kiln_kernel_info_t* k = prog->kernels[o[0]];
+        int32_t n = (int32_t)o[1];
+        for (int32_t j = 0; j < n; ++j) scratch[j] = regs[o[2 + j]];
+        slot = (uint32_t)o[0];
+        /* The checked call refuses read-only tensors (constants) for written parameters. */
+        st = kiln_kernel_call_checked(k, scratch, n);
+        if (st != KILN_OK) st = context_error(f, pc, st);
+        break;
+      }
+      case KILN_OP_CALL_EXTERN: {
+        int32_t n = (int32_t)o[1];
+        for (int32_t j = 0; j < n; ++j) scratch[j] = regs[o[2 + j]];
+        slot = prog->num_kernels + (uint32_t)o[0];
+        st = kiln_function_call(state->externs[o[0]], scratch, n, &v);
+        if (st != KILN_OK) st = context_error(f, pc, st);
+        kiln_value_release(&v); /* destination-passing style: the result is not used */
+        break;
+      }
+      case KILN_OP_MAKE_TUPLE: {
+        int32_t n = (int32_t)o[1];
+        kiln_tuple_t* t = kiln_tuple_alloc(n);
+        if (!t) {
+          st = kiln_error(KILN_ERR_OUT_OF_MEMORY, "%s: instruction %u (MAKE_TUPLE): out of memory",
+                          f->name, (unsigned)pc);
+          break;
+        }
+        kiln_value_t* items = kiln_tuple_items(t);
+        for (int32_t j = 0; j < n && st == KILN_OK; ++j) st = kiln_value_copy(&regs[o[2 + j]], &items[j]);
+        v.kind = KILN_VALUE_TUPLE;
+        v.u.tuple = t;
+        if (st == KILN_OK) set_reg(&regs[o[0]], v);
+        else kiln_value_release(&v);
+        break;
+      }
+      case KILN_OP_GET_ITEM: {
+        const kiln_value_t* src = &regs[o[1]];
+        if (src->kind != KILN_VALUE_TUPLE || o[2] >= kiln_tuple_size(src->u.tuple)) {
+          st = kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: instruction %u (GET_ITEM): register %lld "
+                          "holds %s %s, which has no item %lld", f->name, (unsigned)pc,
+                          (long long)o[1], src->kind == KILN_VALUE_TUPLE ? "a" : "a value of kind",
+                          kiln_value_kind_name(src->kind), (long long)o[2]);
+          break;
+        }
+        st = kiln_tuple_get_item(src->u.tuple, (int32_t)o[2], &v);
+        if (st == KILN_OK) set_reg(&regs[o[0]], v);
+        break;
+      }
+      case KILN_OP_MOVE:
+        st = kiln_value_copy(&regs[o[1]], &v);
+        if (st == KILN_OK) set_reg(&regs[o[0]], v);
+        break;
+      default: /* RET */
+        *out_result = regs[o[0]];
+        regs[o[0]].kind = KILN_VALUE_NULL;
+        done = 1;
+        break;
+    }
+    if (prof) {
+      prof[slot].calls += 1;
+      prof[slot].ns += kiln_platform_now_ns() - start;
+    }
+  }
+  for (uint32_t r = 0; r < f->num_registers; ++r) kiln_value_release(&regs[r]);
+  frame_release(frame);
+  return st;
+}
+
+/* ---- init, profile, graph functions ------------------------------------------------------------ */
+
+static void free_state(vm_state_t* s) {
+  for (uint32_t i = 0; i < s->num_externs; ++i) kiln_function_release(s->externs[i]);
+  kiln_mem_free(s);
+}
+
+static kiln_status_t vm_init(vm_module_t* vm, const kiln_value_t* args, int32_t num_args) {
+  DLDevice device = {kDLCPU, 0};
+  if (num_args > 1)
+    return kiln_error(KILN_ERR_INVALID_ARGUMENT, "init: expected a device (or no argument), got %d "
+                      "arguments", (int)num_args);
+  if (num_args == 1) {
+    if (args[0].kind != KILN_VALUE_DEVICE)
+      return kiln_error(KILN_ERR_INVALID_ARGUMENT, "init: argument 0 expected a device, got %s",
+                        kiln_value_kind_name(args[0].kind));
+    device = args[0].u.device;
+  }
+  if (device.device_type != kDLCPU) {
+    char name[KILN_SMALL_STRING];
+    kiln_format_device(name, sizeof name, device);
+    return kiln_error(KILN_ERR_UNSUPPORTED, "init: device %s is not supported; this runtime runs "
+                      "executables on cpu", name);
+  }
+  const kiln_vm_program_t* prog = vm->program;
+  vm_state_t* s = kiln_mem_calloc(sizeof *s + (size_t)prog->num_externs * sizeof s->externs[0]);
+  if (!s) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "init: out of memory");
+  s->device = device;
+  for (uint32_t i = 0; i < prog->num_externs; ++i) {
+    kiln_status_t st = kiln_get_registered_function(prog->externs[i], &s->externs[i]);
+    if (st != KILN_OK) {
+      if (st == KILN_ERR_NOT_FOUND)
+        kiln_error(st, "init: external function '%s' is not registered", prog->externs[i]);
+      free_state(s);
+      return st;
+    }
+    s->num_externs = i + 1;
+  }
+  s->next = KILN_ATOMIC_LOAD(&vm->state);
+  while (!KILN_ATOMIC_CAS(&vm->state, &s->next, s)) {
+  }
+  return KILN_OK;
+}
+
+static int32_t find_function(const kiln_vm_program_t* prog, const char* name) {
+  for (uint32_t i = 0; i < prog->num_functions; ++i)
+    if (strcmp(prog->functions[i].name, name) == 0) return (int32_t)i;
+  return -1;
+}
+
+static kiln_status_t not_initialized(const char* name) {
+  return kiln_error(KILN_ERR_INVALID_STATE, "%s: the virtual machine is not initialized; call "
+                    "init(device) first", name);
+}
+
+/* One profile row: (name, kind, calls, total_us). */
+static kiln_status_t make_row(const char* name, const char* kind, const prof_slot_t* s,
+                              kiln_value_t* out) {
+  kiln_value_t items[4];
+  items[0].kind = items[1].kind = KILN_VALUE_STRING;
+  items[0].u.s = name;
+  items[1].u.s = kind;
+  items[2].kind = KILN_VALUE_INT;
+  items[2].u.i = (int64_t)s->calls;
+  items[3].kind = KILN_VALUE_FLOAT;
+  items[3].u.f = (double)s->ns / 1000.0;
+  out->kind = KILN_VALUE_TUPLE;
+  return kiln_tuple_create(items, 4, &out->u.tuple);
+}
+
+static kiln_status_t vm_profile(vm_module_t* vm, const kiln_value_t* args, int32_t num_args,
+                                kiln_value_t* out_result) {
+  const kiln_vm_program_t* prog = vm->program;
+  if (num_args < 1 || args[0].kind != KILN_VALUE_STRING)
+    return kiln_error(KILN_ERR_INVALID_ARGUMENT, "profile: argument 0 must be the name of a "
+                      "function (a string), got %s", num_args < 1 ? "nothing" : kiln_value_kind_name(args[0].kind));
+  int32_t index = find_function(prog, args[0].u.s);
+  if (index < 0) return kiln_error(KILN_ERR_NOT_FOUND, "profile: no function '%s'", args[0].u.s);
+  const vm_state_t* state = KILN_ATOMIC_LOAD(&vm->state);
+  if (!state) return not_initialized("profile");
+  uint32_t num_slots = prog->num_kernels + prog->num_externs + KILN_NUM_OPCODES;
+  prof_slot_t* prof = kiln_mem_calloc((size_t)(num_slots + 1) * sizeof *prof);
+  if (!prof) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "profile: out of memory");
+  kiln_value_t result = {KILN_VALUE_NULL, {0}};
+  uint64_t start = kiln_platform_now_ns();
+  kiln_status_t st = run(vm, state, &prog->functions[index], args + 1, num_args - 1, prof, &result);
+  prof[num_slots].calls = 1;
+  prof[num_slots].ns = kiln_platform_now_ns() - start;
+  kiln_value_release(&result);
+  uint32_t rows = 0;
+  for (uint32_t i = 0; i <= num_slots; ++i) rows += prof[i].calls > 0;
+  kiln_tuple_t* table = st == KILN_OK ? kiln_tuple_alloc((int32_t)rows) : NULL;
+  if (st == KILN_OK && !table) st = kiln_error(KILN_ERR_OUT_OF_MEMORY, "profile: out of memory");
+  for (uint32_t i = 0, r = 0; i <= num_slots && st == KILN_OK; ++i) {
+    if (!prof[i].calls) continue;
+    uint32_t op = i - prog->num_kernels - prog->num_externs;
+    if (i < prog->num_kernels)
+      st = make_row(prog->kernels[i]->name, "kernel", &prof[i], &kiln_tuple_items(table)[r++]);
+    else if (i < prog->num_kernels + prog->num_externs)
+      st = make_row(prog->externs[i - prog->num_kernels], "extern", &prof[i], &kiln_tuple_items(table)[r++]);
+    else if (i < num_slots)
+      st = make_row(kiln_vm_opcode_name(op), "vm", &prof[i], &kiln_tuple_items(table)[r++]);
+    else
+      st = make_row("total", "total", &prof[i], &kiln_tuple_items(table)[r++]);
+  }
+  kiln_mem_free(prof);
+  if (st != KILN_OK) {
+    kiln_tuple_release(table);
+    return st;
+  }
+  out_result->kind = KILN_VALUE_TUPLE;
+  out_result->u.tuple = table;
+  return KILN_OK;
+}
+
+static kiln_status_t vm_call(kiln_function_t* function, const kiln_value_t* args,
+                             int32_t num_args, kiln_value_t* out_result) {
+  vm_module_t* vm = (vm_module_t*)function->module;
+  int32_t index = ((vm_function_t*)function)->index;
+  if (index == FN_INIT) return vm_init(vm, args, num_args);
+  if (index == FN_PROFILE) return vm_profile(vm, args, num_args, out_result);
+  const kiln_vm_function_t* f = &vm->program->functions[index];
+  const vm_state_t* state = KILN_ATOMIC_LOAD(&vm->state);
+  if (!state) return not_initialized(f->name);
+  return run(vm, state, f, args, num_args, NULL, out_result);
+}
+
+static void vm_function_destroy(kiln_function_t* function) { kiln_mem_free(function); }
+
+static const kiln_function_vtable_t kVmFunctionVtable = {vm_call, vm_function_destroy};
+
+/* ---- the module ------------------------------------------------------------------------------- */
+
+static void vm_destroy(kiln_module_t* module) {
+  vm_module_t* vm = (vm_module_t*)module;
+  for (vm_state_t* s = vm->state; s;) {
+    vm_state_t* next = s->next;
+    free_state(s);
+    s = next;
+  }
+  kiln_vm_program_free(vm->program);
+  kiln_module_release(vm->library);
+  kiln_mem_free(vm);
+}
+
+static int32_t vm_num_functions(const kiln_module_t* module) {
+  return NUM_BUILTINS + (int32_t)((const vm_module_t*)module)->program->num_functions;
+}
+
+static const char* vm_function_name(const kiln_module_t* module, int32_t index) {
+  if (index == 0) return "init";
+  if (index == 1) return "profile";
+  return ((const vm_module_t*)module)->program->functions[index - NUM_BUILTINS].name;
+}
+
+static kiln_status_t vm_get_function(kiln_module_t* module, const char* name,
+                                     kiln_function_t** out_function) {
+  vm_module_t* vm = (vm_module_t*)module;
+  int32_t index;
+  if (strcmp(name, "init") == 0) index = FN_INIT;
+  else if (strcmp(name, "profile") == 0) index = FN_PROFILE;
+  else if ((index = find_function(vm->program, name)) < 0) return KILN_ERR_NOT_FOUND;
+  vm_function_t* fn = kiln_mem_alloc(sizeof *fn);
+  if (!fn) return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory looking up '%s'", name);
+  kiln_function_init(&fn->base, &kVmFunctionVtable,
+                     index >= 0 ? vm->program->functions[index].name
+                                : index == FN_INIT ? "init" : "profile",
+                     module);
+  fn->index = index;
+  *out_function = &fn->base;
+  return KILN_OK;
+}
+
+static const kiln_module_vtable_t kVmVtable = {"vm", vm_destroy, vm_num_functions,
+                                               vm_function_name, vm_get_function};
+
+kiln_status_t kiln_vm_module_create(kiln_module_t* library, const kiln_library_info_t* info,
+                                    const uint8_t* blob, uint64_t blob_size,
+                                    kiln_module_t** out_module) {
+  kiln_vm_program_t* program = NULL;
+  kiln_status_t st = kiln_vm_program_load(library, info, blob, blob_size, &program);
+  if (st != KILN_OK) return st;
+  vm_module_t* vm = kiln_mem_alloc(sizeof *vm);
+  if (!vm) {
+    kiln_vm_program_free(program);
+    return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory loading an executable");
+  }
+  kiln_module_init(&vm->base, &kVmVtable, library->name);
+  kiln_module_retain(library);
+  vm->library = library;
+  vm->program = program;
+  vm->state = NULL;
+  *out_module = &vm->base;
+  return KILN_OK;
+}
