@@ -8,7 +8,7 @@ from kiln.ir.graph import Function, Tuple, TupleType
 from kiln.ir.graph_interp import interpret
 from kiln.ops import OpError
 
-from conftest import export_run, ops_of
+from nn_helpers import export_run, ops_of
 
 
 class MLP(nn.Module):  # API.md section 1, verbatim

@@ -7,7 +7,7 @@ from kiln import nn
 from kiln.frontend.nn import functional as F
 from kiln.ops import OpError
 
-from conftest import export_run, ops_of
+from nn_helpers import export_run, ops_of
 
 
 class Fn(nn.Module):

@@ -6,7 +6,7 @@ import pytest
 from kiln import nn
 from kiln.frontend.nn import functional as F
 
-from conftest import export_run, ops_of, torch_state
+from nn_helpers import export_run, ops_of, torch_state
 
 torch = pytest.importorskip("torch")
 tnn = torch.nn

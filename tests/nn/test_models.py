@@ -7,7 +7,7 @@ from kiln import nn
 from kiln.ir import Var
 from kiln.ir.graph_interp import interpret
 
-from conftest import export_run, ops_of, torch_state
+from nn_helpers import export_run, ops_of, torch_state
 from test_layers import randomize
 
 torch = pytest.importorskip("torch")

@@ -19,7 +19,7 @@ from kiln.ir.verify import verify
 from kiln.script import T, assert_roundtrip
 
 # pytest puts this directory on sys.path (rootdir-less test dirs, "prepend" import mode).
-from conftest import check_same, matmul_module, random_args
+from schedule_helpers import check_same, matmul_module, random_args
 
 
 # ---- helpers -----------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from kiln.ir.verify import verify
 from kiln.script import T, assert_roundtrip
 
 # pytest puts this directory on sys.path (rootdir-less test dirs, "prepend" import mode).
-from conftest import check_same, elementwise_2d_module, matmul_module, random_args
+from schedule_helpers import check_same, elementwise_2d_module, matmul_module, random_args
 
 
 # ---- helpers -----------------------------------------------------------------------------
