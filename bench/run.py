@@ -17,6 +17,7 @@ from harness import table  # noqa: E402
 
 BENCHMARKS = {
     "matmul": lambda args: __import__("matmul").run(sizes=args.sizes, repeat=args.repeat),
+    "models": lambda args: __import__("models").run(repeat=args.repeat),
 }
 
 

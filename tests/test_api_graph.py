@@ -94,3 +94,27 @@ def test_wrong_input_shape_is_a_clear_error():
     params = [np.zeros(p.shape, "float32") for _, p in param_spec]
     with pytest.raises(kiln.KilnError, match=r"forward: argument 0 'x' expected shape \(1, 784\), got \(1, 785\)"):
         vm["forward"](np.zeros((1, 785), "float32"), *params)
+
+
+def test_truncated_or_corrupted_export_fails_cleanly(tmp_path):
+    mod, param_spec = MLP().export(spec={"forward": {"x": nn.spec.Tensor((1, 784), "float32")}})
+    ex = kiln.compile(kiln.get_pipeline("default")(mod), "llvm")
+    good = tmp_path / "mlp.so"
+    ex.export_library(str(good))
+    data = good.read_bytes()
+
+    truncated = tmp_path / "truncated.so"
+    truncated.write_bytes(data[: len(data) // 2])
+    with pytest.raises(kiln.KilnError, match="truncated.so"):
+        kiln.VirtualMachine(kiln.load_module(str(truncated)), kiln.cpu())
+
+    # Damage the executable blob inside an otherwise valid library: its magic, then a section
+    # table entry. Both must be refused by the loader with a message, not crash.
+    at = data.index(ex.blob[:64])
+    for offset, what in ((0, "magic"), (24, "section")):
+        bad = bytearray(data)
+        bad[at + offset] ^= 0xFF
+        path = tmp_path / f"corrupt_{offset}.so"
+        path.write_bytes(bytes(bad))
+        with pytest.raises(kiln.KilnError, match=what):
+            kiln.VirtualMachine(kiln.load_module(str(path)), kiln.cpu())

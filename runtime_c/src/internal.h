@@ -188,6 +188,9 @@ void kiln_thread_pool_kernel_ctx(kiln_kernel_ctx_t* out_ctx);
 /* dlopen(path) with RTLD_NOW | RTLD_LOCAL; a path without '/' is made relative to the working
  * directory. Sets a KILN_ERR_IO error naming the path and the loader's reason. */
 kiln_status_t kiln_platform_library_open(const char* path, void** out_handle);
+/* Refuses a library whose ELF headers or segments lie outside the file (a truncated file would
+ * otherwise crash dlopen with SIGBUS). A file it cannot open is left for dlopen to report. */
+kiln_status_t kiln_platform_elf_check(const char* path);
 void* kiln_platform_library_symbol(void* handle, const char* name);
 void kiln_platform_library_close(void* handle);
 

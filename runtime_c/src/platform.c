@@ -23,6 +23,11 @@ kiln_status_t kiln_platform_library_open(const char* path, void** out_handle) {
     memcpy(anchored + 2, path, n + 1);
     open_path = anchored;
   }
+  kiln_status_t checked = kiln_platform_elf_check(open_path);
+  if (checked != KILN_OK) {
+    kiln_mem_free(anchored);
+    return checked;
+  }
   void* handle = dlopen(open_path, RTLD_NOW | RTLD_LOCAL);
   kiln_mem_free(anchored);
   if (!handle) {
