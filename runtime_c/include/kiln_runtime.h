@@ -239,7 +239,7 @@ KILN_API kiln_status_t kiln_tuple_get_item(const kiln_tuple_t* tuple, int32_t in
  * the runtime allocates are KILN_ALIGNMENT-aligned; wrapped numpy memory usually 16 bytes).
  * The library stays loaded while the module or any of its functions is alive.
  * Errors: KILN_ERR_INVALID_ARGUMENT (NULL), KILN_ERR_IO (cannot load the file),
- * KILN_ERR_INVALID_FORMAT (no kiln_library_info symbol, malformed table, only one of the two
+ * KILN_ERR_INVALID_FORMAT (not an ELF file, truncated, no kiln_library_info symbol, malformed table, only one of the two
  * blob symbols, a kernel named "load_executable" next to a blob),
  * KILN_ERR_VERSION_MISMATCH (other kernel ABI version), KILN_ERR_OUT_OF_MEMORY. */
 KILN_API kiln_status_t kiln_module_load_library(const char* path, kiln_module_t** out_module);

@@ -146,7 +146,15 @@ def test_load_errors(kernel_libs, tmp_path):
                       "parameter 1 'B' has unsupported dtype float8_e4m3fn")
     not_a_library = tmp_path / "text.so"
     not_a_library.write_text("hello")
-    assert _error(runtime.load_module, not_a_library).status == lib.KILN_ERR_IO
+    e = _error(runtime.load_module, not_a_library)
+    assert e.status == lib.KILN_ERR_INVALID_FORMAT and "too short for an ELF header" in str(e)
+    # A truncated library would crash dlopen (SIGBUS on segments past the end): refused first.
+    data = open(kernel_libs["fixture"], "rb").read()
+    for cut in (100, len(data) // 2, len(data) - 1):
+        truncated = tmp_path / f"truncated_{cut}.so"
+        truncated.write_bytes(data[:cut])
+        e = _error(runtime.load_module, truncated)
+        assert e.status == lib.KILN_ERR_INVALID_FORMAT and "(truncated?)" in str(e), str(e)
 
 
 def test_relative_path_is_relative_to_working_directory(lib_path, monkeypatch):
