@@ -1,0 +1,32 @@
+"""Graph passes and pipelines (DESIGN.md, "Passes"): each factory returns a pure
+``IRModule -> IRModule`` pass, e.g. ``kiln.transform.legalize()(mod)``.
+
+- ``bind_params(func_name, params)``: parameters -> constants
+- ``legalize()``: operator calls -> ``call_tir`` of tensor programs
+- ``fuse_ops()``: groups of operators -> one tensor program each
+- ``fold_constant()``: evaluate what depends only on constants
+- ``eliminate_common_subexpr()``, ``dead_code_elimination()``
+- ``default_schedule()``: a schedule per kernel kind for every unscheduled tensor program
+- ``Sequential``, ``PassContext`` (options, passed explicitly); pipelines:
+  ``kiln.get_pipeline("zero" | "default", ctx)`` (``pipeline.py`` lists them and why)
+
+Files: one per pass; ``kernels.py`` builds tensor programs from operator calls (shared by
+legalize and fuse_ops), ``layout.py`` the weight packing and tile shapes, ``schedule_rules.py``
+/ ``schedule_tile.py`` the default schedule rules, ``graph_util.py`` the graph rewriting
+helpers, ``well_formed.py`` the module check run by ``PassContext(verify=True)``.
+"""
+from .infra import Pass, PassContext, Sequential
+from .bind_params import BindParamsError, bind_params
+from .legalize import legalize
+from .kernels import LegalizeError
+from .fold_constant import fold_constant
+from .dead_code_elimination import dead_code_elimination
+from .eliminate_common_subexpr import eliminate_common_subexpr
+from .fuse_ops import fuse_ops
+from .default_schedule import default_schedule
+from .pipeline import get_pipeline
+from .well_formed import WellFormedError, check_well_formed
+
+__all__ = ["Pass", "PassContext", "Sequential", "BindParamsError", "LegalizeError", "bind_params",
+           "legalize", "fold_constant", "dead_code_elimination", "eliminate_common_subexpr",
+           "fuse_ops", "default_schedule", "get_pipeline", "WellFormedError", "check_well_formed"]

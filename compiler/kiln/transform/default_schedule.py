@@ -1,0 +1,133 @@
+"""``default_schedule``: a schedule for every tensor program nobody scheduled, by kernel kind.
+
+Each unscheduled PrimFunc (no ``kiln.schedule`` attribute and every loop still serial, so
+hand-written schedules are left alone) is scheduled with ``kiln.Schedule``:
+
+1. elementwise intermediates are inlined into their consumers (``compute_inline``); blocks
+   that pack weight panels, and padding in front of a convolution, are kept;
+2. the kernel's kind is read off what is left:
+
+   - ``elementwise`` (no reduction): loops fused, an inner chunk of 16 (8, 4) vectorized, the
+     rest parallel when the kernel is big enough (``schedule_rules.schedule_spatial``);
+   - ``matmul`` / ``conv`` (one sum-of-products reduction: matmul, linear, batched matmul,
+     conv2d): the register-tile recipe of ``bench/matmul.py`` (``schedule_tile.py``), with
+     the elementwise epilogue (bias, batch-norm scale/shift, relu, gelu) folded into the
+     tile's write-back;
+   - ``reduction`` (softmax, layer_norm, sums, pooling): other blocks computed under the
+     output's row loops, rows parallel, inner loops vectorized (``schedule_reduction``);
+
+3. the kernel gets the attribute ``kiln.schedule`` saying what it got, e.g.
+   ``"matmul: tile 4x16, epilogue inlined, pack per panel, parallel"`` (``kiln inspect``,
+   ``vm.profile``). A rule that fails (``ScheduleError``) falls back to a simpler one, and at
+   worst the kernel stays as it was with ``kiln.schedule = "none: <why>"`` (a rule that
+   fails is never fatal: the unscheduled kernel computes the same thing).
+
+To keep a kernel's schedule, give it a ``kiln.schedule`` attribute (any value).
+"""
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+from ..ir import IRModule, PrimFunc
+from ..schedule import Schedule
+from .infra import Pass, PassContext, context
+from .kernels import ATTR_SCHEDULE, PACK_ANNOTATION
+from .schedule_rules import (block_infos, consumers, has_select, inline_intermediates,
+                             schedule_reduction, schedule_spatial, serial_loops_only)
+from .schedule_tile import analyze_contraction, schedule_contraction
+
+
+def default_schedule(ctx: Optional[PassContext] = None) -> Pass:
+    """The pass (see the module docstring)."""
+    ctx = context(ctx)
+
+    def run(mod: IRModule) -> IRModule:
+        funcs = {}
+        for name, f in mod.functions.items():
+            todo = isinstance(f, PrimFunc) and needs_schedule(f)
+            funcs[name] = schedule_kernel(f, ctx) if todo else f
+        return IRModule(funcs, mod.attrs)
+    return Pass("default_schedule", run)
+
+
+def needs_schedule(func: PrimFunc) -> bool:
+    """True for a PrimFunc without a ``kiln.schedule`` attribute whose loops are all serial."""
+    return ATTR_SCHEDULE not in dict(func.attrs) and serial_loops_only(func)
+
+
+def schedule_kernel(func: PrimFunc, ctx: Optional[PassContext] = None) -> PrimFunc:
+    """``func`` scheduled by its kind, with the ``kiln.schedule`` attribute set."""
+    ctx = context(ctx)
+    why = ""
+    for rule in (_by_kind, _generic, _inline_only):
+        try:
+            scheduled, desc = rule(func, ctx)
+        except Exception as e:   # noqa: BLE001 - an unscheduled kernel still computes right
+            # A rule that does not fit (ScheduleError) or breaks falls back to a simpler one;
+            # the reason stays visible in the attribute (`kiln inspect`, tests).
+            why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            continue
+        return _mark(scheduled, desc)
+    return _mark(func, f"none: {why}")
+
+
+def _mark(func: PrimFunc, desc: str) -> PrimFunc:
+    attrs = dict(func.attrs)
+    attrs[ATTR_SCHEDULE] = desc
+    return PrimFunc(func.params, func.body, tuple(attrs.items()))
+
+
+def _keep(sch: Schedule):
+    def keep(info) -> bool:
+        if PACK_ANNOTATION in info.block.annotations:
+            return True
+        # Padding in front of a convolution stays a separate (cheap, parallel) pass over the
+        # input, so the conv's inner loop reads plain contiguous rows without conditions.
+        if has_select(info):
+            for buf in info.written():
+                if any(c.is_reduction and sum(iv.kind == "reduce" for iv in c.block.iter_vars) > 1
+                       for c in consumers(sch.func, buf)):
+                    return True
+        return False
+    return keep
+
+
+def _start(func: PrimFunc) -> Schedule:
+    return Schedule(IRModule({"main": func}), "main")
+
+
+def _by_kind(func: PrimFunc, ctx: PassContext) -> Tuple[PrimFunc, str]:
+    sch = _start(func)
+    inline_intermediates(sch, _keep(sch))
+    infos = block_infos(sch.func)
+    reductions = [b for b in infos if b.is_reduction]
+    if not reductions:
+        descs = [schedule_spatial(sch, b.name, ctx) for b in block_infos(sch.func)
+                 if serial_loops_only_block(b)]
+        desc = "elementwise: " + "; ".join(descs)
+        return sch.func, desc
+    if len(reductions) == 1:
+        c = analyze_contraction(sch.func, reductions[0])
+        if c is not None:
+            kind = "conv" if len(c.reduce) > 1 else "matmul"
+            desc = schedule_contraction(sch, c, ctx, kind)
+            return sch.func, desc
+    desc = schedule_reduction(sch, ctx)
+    return sch.func, desc
+
+
+def _generic(func: PrimFunc, ctx: PassContext) -> Tuple[PrimFunc, str]:
+    sch = _start(func)
+    inline_intermediates(sch, _keep(sch))
+    desc = schedule_reduction(sch, ctx)
+    return sch.func, desc
+
+
+def _inline_only(func: PrimFunc, ctx: PassContext) -> Tuple[PrimFunc, str]:
+    sch = _start(func)
+    done = inline_intermediates(sch, _keep(sch))
+    return sch.func, f"inline only ({len(done)} block(s))"
+
+
+def serial_loops_only_block(info) -> bool:
+    return all(f.kind == "serial" for f in info.loops)

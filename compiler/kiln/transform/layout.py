@@ -1,0 +1,211 @@
+"""Weight layout rewrite: packing the weight of a contraction into the order its register tile
+reads it (DESIGN.md: "weight pre-packing done once at compile time"), and the tile shapes
+that the packing and the schedule (``schedule_tile.py``) must agree on.
+
+A weight is packed along one dimension ``d`` (the one the tile unrolls or vectorizes over):
+``Wp[o, *rest, i] = W[... d = o*P + i ...]``, shape ``(ceil(S_d/P),) + rest + (P,)``. The
+operator's compute reads the weight through a view ``W[idx] = Wp[idx[d] // P, rest, idx[d] % P]``
+that the schedule inlines, so its loads become contiguous along the tile:
+
+- ``linear`` ``W[N, K]`` packed along N by NR: panels ``[N/NR, K, NR]``, vector loads;
+- ``matmul`` ``B[K, N]`` (2-D) packed along N by NR: the same panels;
+- ``conv2d`` ``W[O, I, KH, KW]`` (groups = 1) packed along O by MR: ``[O/MR, I, KH, KW, MR]``,
+  so the MR weights the tile broadcasts per step sit in one cache line.
+
+When the weight is a Constant the pack is a separate ``call_tir`` that ``fold_constant``
+evaluates at compile time; a run-time ``linear``/``matmul`` weight is packed inside its
+kernel, one panel per column block, once enough rows reuse each panel.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional, Tuple
+
+import numpy as np
+
+from .. import te
+from ..ir import PrimFunc
+from ..ir.expr import const
+from ..ir.graph import Call, TensorType
+from .infra import PassContext
+
+# Elements in one machine vector the tile shapes are planned for (AVX2 float32); the
+# codegen strip-mines longer vectorized loops into chunks of the target's own width.
+CHUNK = 8
+
+
+@dataclass(frozen=True)
+class PackRule:
+    arg: int          # which argument is the weight
+    dim: int          # the weight dimension split into panels
+    layout: str       # a short name for kernel names: pack_<layout><P>
+    by: str           # "cols": P is the vector width NR; "rows": P is the unrolled rows MR
+
+
+PACK_RULES = {
+    "linear": PackRule(1, 0, "nk", "cols"),
+    "matmul": PackRule(1, 1, "kn", "cols"),
+    "conv2d": PackRule(1, 0, "oihw", "rows"),
+}
+
+
+@dataclass(frozen=True)
+class PackPlan:
+    rule: PackRule
+    shape: Tuple[int, ...]    # the weight's shape
+    lanes: int                # P
+    rows: Optional[int]       # rows of the input that reuse each panel (None: symbolic)
+
+    @property
+    def packed_shape(self) -> Tuple[int, ...]:
+        d, s = self.rule.dim, self.shape
+        return (-(-s[d] // self.lanes),) + s[:d] + s[d + 1:] + (self.lanes,)
+
+    @property
+    def name(self) -> str:
+        return f"pack_{self.rule.layout}{self.lanes}"
+
+
+# ---- tile shapes -------------------------------------------------------------------------------
+def vector_tile(extent: Optional[int], want: int) -> Optional[int]:
+    """The vector width NR for an output axis of ``extent``: ``want`` or ``want/2`` when it
+    divides, else the largest divisor from ``want`` down to 4, else the whole axis when it is
+    at most ``want``, else None (not vectorized)."""
+    if extent is None or extent <= 1:
+        return None
+    for nr in (want, want // 2):
+        if nr >= 4 and extent % nr == 0:
+            return nr
+    for nr in range(want, 3, -1):
+        if extent % nr == 0:
+            return nr
+    return extent if extent <= want else None
+
+
+def tile_rows(nr: Optional[int], ctx: PassContext) -> int:
+    """Rows MR of the register tile: as many vector accumulators as ``tile_rows`` rows of a
+    ``pack_lanes``-wide tile use (4 x 16 floats = 8 AVX2 registers: enough FMAs in flight to
+    hide their latency), spread over rows of ``nr``; at most 8."""
+    budget = ctx.tile_rows * -(-ctx.pack_lanes // CHUNK)
+    return max(1, min(8, budget // -(-(nr or 1) // CHUNK)))
+
+
+def divisor_at_most(extent: Optional[int], want: int) -> int:
+    """The largest of want, want/2, ..., 2 that divides ``extent`` (1 if none, or symbolic)."""
+    if extent is None:
+        return 1
+    m = want
+    while m >= 2:
+        if m <= extent and extent % m == 0:
+            return m
+        m //= 2
+    return 1
+
+
+# ---- planning -------------------------------------------------------------------------------
+def pack_plan(call: Call, ctx: PassContext) -> Optional[PackPlan]:
+    """How to pack ``call``'s weight, or None when it has no rule or does not fit one."""
+    rule = PACK_RULES.get(call.op)
+    if rule is None or len(call.args) <= rule.arg:
+        return None
+    w_ty, x_ty = call.args[rule.arg].ty, call.args[0].ty
+    if not isinstance(w_ty, TensorType) or not isinstance(x_ty, TensorType):
+        return None
+    shape = w_ty.static_shape()
+    x_shape = x_ty.static_shape()
+    if shape is None or rule.dim >= len(shape):
+        return None
+    if rule.by == "cols":
+        if len(shape) != 2 or shape[rule.dim] < ctx.pack_lanes // 2:
+            return None   # narrower than half a panel: packing would mostly copy zeros
+        n = shape[rule.dim]
+        lanes = next((p for p in (ctx.pack_lanes, ctx.pack_lanes // 2) if p >= 4 and n % p == 0),
+                     ctx.pack_lanes)
+        rows = None if x_shape is None else int(np.prod(x_shape[:-1], dtype=np.int64))
+        return PackPlan(rule, shape, lanes, rows)
+    # conv2d: MR output channels per tile, as the schedule will pick them from the width.
+    if dict(call.attrs).get("groups", 1) != 1 or not isinstance(call.ty, TensorType):
+        return None
+    out = call.ty.static_shape()
+    if out is None:
+        return None
+    lanes = divisor_at_most(shape[0], tile_rows(vector_tile(out[-1], ctx.pack_lanes), ctx))
+    return PackPlan(rule, shape, lanes, None) if lanes > 1 else None
+
+
+# ---- the te computes --------------------------------------------------------------------------
+def pack_compute(w: te.Tensor, plan: PackPlan) -> te.Tensor:
+    """``Wp`` from ``w``; a last partial panel is padded with zeros."""
+    d, p, size = plan.rule.dim, plan.lanes, plan.shape[plan.rule.dim]
+
+    def value(o, *rest):
+        *others, i = rest
+        c = o * p + i
+        # Clamped so that padding lanes never index past the weight (Select evaluates both
+        # sides in the reference evaluator).
+        idx = tuple(others[:d]) + (c if size % p == 0 else te.min(c, size - 1),) + tuple(others[d:])
+        if size % p == 0:
+            return w[idx]
+        return te.if_then_else(c < size, w[idx], const(0, w.dtype))
+    return te.compute(plan.packed_shape, value, name="pack_weight")
+
+
+def unpack_view(wp: te.Tensor, plan: PackPlan) -> te.Tensor:
+    """The weight as the operator expects it, read from the packed ``wp``."""
+    d, p = plan.rule.dim, plan.lanes
+
+    def value(*idx):
+        rest = idx[:d] + idx[d + 1:]
+        return wp[(idx[d] // p,) + tuple(rest) + (idx[d] % p,)]
+    return te.compute(plan.shape, value, name="weight_view")
+
+
+# Attributes of a pack kernel saying what it does, so that fold_constant can run it with numpy
+# (``pack_array``) instead of the element-by-element reference evaluator: a weight of a large
+# model would take minutes there.
+ATTR_PACK_DIM, ATTR_PACK_LANES = "kiln.pack_dim", "kiln.pack_lanes"
+
+
+def pack_kernel(w_ty: TensorType, plan: PackPlan) -> PrimFunc:
+    """The PrimFunc ``(W, Wp)`` writing the packed weight (run by fold_constant)."""
+    w = te.placeholder(plan.shape, w_ty.dtype, name="W")
+    func = te.create_prim_func([w, pack_compute(w, plan)])
+    attrs = dict(func.attrs)
+    attrs.update({ATTR_PACK_DIM: plan.rule.dim, ATTR_PACK_LANES: plan.lanes})
+    return PrimFunc(func.params, func.body, tuple(attrs.items()))
+
+
+def pack_array(w: np.ndarray, dim: int, lanes: int) -> np.ndarray:
+    """What ``pack_kernel`` computes, with numpy: ``Wp[o, *rest, i] = W[.. o*P + i ..]``,
+    zero-padded to whole panels."""
+    size = w.shape[dim]
+    panels = -(-size // lanes)
+    pad = [(0, 0)] * w.ndim
+    pad[dim] = (0, panels * lanes - size)
+    wp = np.pad(w, pad)
+    wp = wp.reshape(w.shape[:dim] + (panels, lanes) + w.shape[dim + 1:])
+    # move (panels) to the front and (lanes) to the back
+    wp = np.moveaxis(wp, dim, 0)            # panels, ..., lanes, ...
+    wp = np.moveaxis(wp, dim + 1, -1)       # panels, ..., ..., lanes
+    return np.ascontiguousarray(wp)
+
+
+def fold_pack(func: PrimFunc, inputs) -> Optional[np.ndarray]:
+    """The packed array if ``func`` is a pack kernel (see ``pack_kernel``), else None."""
+    attrs = dict(func.attrs)
+    if ATTR_PACK_DIM not in attrs or len(inputs) != 1:
+        return None
+    return pack_array(np.asarray(inputs[0]), attrs[ATTR_PACK_DIM], attrs[ATTR_PACK_LANES])
+
+
+def packs_in_kernel(plan: PackPlan, ctx: PassContext) -> bool:
+    """Whether a weight that arrives at run time is packed inside its kernel (panel by panel,
+    as bench/matmul.py does): for linear and 2-D matmul, once enough rows reuse each panel
+    (linear also when the row count is symbolic).
+    (Without it, linear reads W[N, K] with strided gathers and a large matmul walks B[K, N]
+    a few cache lines per row of K.)"""
+    if plan.rule.by != "cols" or plan.shape[plan.rule.dim] % plan.lanes:
+        return False        # (no padded panels at run time: small or odd weights stay as they are)
+    if plan.rows is None:   # a symbolic row count: linear's strided gathers are the worse bet
+        return plan.rule.layout == "nk"
+    return plan.rows >= ctx.pack_min_rows

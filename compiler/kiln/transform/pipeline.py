@@ -1,0 +1,71 @@
+"""Named pipelines: ``kiln.get_pipeline(name, ctx=None)`` returns a ``Sequential``.
+
+``"zero"`` — the minimum that makes a module compilable, and nothing that changes the graph:
+
+    legalize -> default_schedule
+
+  (weights are never pre-packed here: that needs fold_constant, which "zero" leaves out.)
+
+``"default"`` — everything, in this order (and why):
+
+    fold_constant            operators on constants (bound weights, shapes) via numpy
+                             references, before anything else sees them
+    eliminate_common_subexpr merge identical calls ...
+    dead_code_elimination    ... and drop what is left unused, so fusion sees true use counts
+    fuse_ops                 operator groups -> one tensor program each (weights of
+                             linear/matmul that are constants get a pack call_tir)
+    legalize                 the remaining single operators -> tensor programs
+    fold_constant            run the pack kernels on the constant weights now, at compile time
+    dead_code_elimination    drop the pack kernels and anything else no longer called
+    default_schedule         a schedule per kernel kind for every unscheduled tensor program
+
+Options come from the ``PassContext`` (``kiln.transform.PassContext``), never from the
+environment: ``kiln.get_pipeline("default", PassContext(prepack_weights=False))``.
+"""
+from __future__ import annotations
+
+from typing import Callable, Dict, List, Optional
+
+from .dead_code_elimination import dead_code_elimination
+from .default_schedule import default_schedule
+from .eliminate_common_subexpr import eliminate_common_subexpr
+from .fold_constant import fold_constant
+from .fuse_ops import fuse_ops
+from .infra import Pass, PassContext, Sequential, context
+from .legalize import legalize
+
+
+def _zero(ctx: PassContext) -> List[Pass]:
+    plain = ctx.replace(prepack_weights=False)
+    return [legalize(plain), default_schedule(ctx)]
+
+
+def _default(ctx: PassContext) -> List[Pass]:
+    return [
+        fold_constant(ctx),
+        eliminate_common_subexpr(),
+        dead_code_elimination(),
+        fuse_ops(ctx),
+        legalize(ctx),
+        fold_constant(ctx),
+        dead_code_elimination(),
+        default_schedule(ctx),
+    ]
+
+
+PIPELINES: Dict[str, Callable[[PassContext], List[Pass]]] = {"zero": _zero, "default": _default}
+
+
+def get_pipeline(name: str = "default", ctx: Optional[PassContext] = None) -> Sequential:
+    """The pipeline called ``name`` (``"zero"`` or ``"default"``) with options ``ctx``.
+
+    >>> kiln.get_pipeline("zero").names()                        # doctest: +SKIP
+    ['legalize', 'default_schedule']
+    """
+    try:
+        make = PIPELINES[name]
+    except KeyError:
+        raise ValueError(f"unknown pipeline {name!r}; the pipelines are "
+                         f"{', '.join(sorted(PIPELINES))}") from None
+    ctx = context(ctx)
+    return Sequential(make(ctx), name=name, ctx=ctx)

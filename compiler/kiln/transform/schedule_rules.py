@@ -1,0 +1,311 @@
+"""Default schedule rules shared by every kernel kind: looking at blocks, inlining elementwise
+intermediates, and the elementwise and reduction schedules. The register-tile rule for
+contractions (matmul, conv) is in ``schedule_tile.py``; the dispatch in ``default_schedule.py``.
+
+Every rule works through ``kiln.Schedule`` primitives only, so what a kernel got is in
+``sch.trace`` and correctness rests on the primitives' own checks.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, List, Optional
+
+from ..ir import Buffer, BufferLoad, For, PrimFunc, Select, Var, collect
+from ..ir.expr import IntImm
+from ..ir.stmt import Block, BlockRealize, BufferStore, IfThenElse, SeqStmt
+from ..schedule import BlockRV, LoopRV, Schedule, ScheduleError
+from .infra import PassContext
+from .kernels import PACK_ANNOTATION
+
+
+# ---- looking at blocks -----------------------------------------------------------------------
+@dataclass
+class BlockInfo:
+    """A block with the loops around it (inside the root block), in program order."""
+    realize: BlockRealize
+    loops: List[For]
+
+    @property
+    def block(self) -> Block:
+        return self.realize.block
+
+    @property
+    def name(self) -> str:
+        return self.block.name_hint
+
+    @property
+    def rv(self) -> BlockRV:
+        return BlockRV(self.name)
+
+    @property
+    def is_reduction(self) -> bool:
+        return self.block.is_reduction
+
+    @property
+    def store(self) -> Optional[BufferStore]:
+        return self.block.body if isinstance(self.block.body, BufferStore) else None
+
+    def written(self) -> List[Buffer]:
+        return [w.buffer for w in self.block.writes]
+
+    def read(self) -> List[Buffer]:
+        return [r.buffer for r in self.block.reads]
+
+    def annotated(self, pair) -> bool:
+        return pair in self.block.annotations
+
+
+def block_infos(func: PrimFunc) -> List[BlockInfo]:
+    """Every block below the root, in program order."""
+    out: List[BlockInfo] = []
+
+    def rec(s, loops):
+        if isinstance(s, SeqStmt):
+            for x in s.seq:
+                rec(x, loops)
+        elif isinstance(s, For):
+            rec(s.body, loops + [s])
+        elif isinstance(s, BlockRealize):
+            out.append(BlockInfo(s, loops))
+            rec(s.block.body, [])
+            if s.block.init is not None:
+                rec(s.block.init, [])
+        elif isinstance(s, IfThenElse):
+            rec(s.then_case, loops)
+            if s.else_case is not None:
+                rec(s.else_case, loops)
+    rec(func.body.block.body, [])
+    return out
+
+
+def find(func: PrimFunc, name: str) -> BlockInfo:
+    for b in block_infos(func):
+        if b.name == name:
+            return b
+    raise KeyError(name)
+
+
+def params_of(func: PrimFunc) -> set:
+    return {p for p in func.params if isinstance(p, Buffer)}
+
+
+def static_extent(loop: For) -> Optional[int]:
+    return loop.extent.value if isinstance(loop.extent, IntImm) else None
+
+
+def loop_rvs(info: BlockInfo) -> List[LoopRV]:
+    return [LoopRV(f.loop_var) for f in info.loops]
+
+
+def consumers(func: PrimFunc, buf: Buffer) -> List[BlockInfo]:
+    return [b for b in block_infos(func) if buf in b.read()]
+
+
+def has_select(info: BlockInfo) -> bool:
+    return bool(collect(info.block.body, Select))
+
+
+def pick_lanes(extent: Optional[int], want: int) -> Optional[int]:
+    """A vector width for a loop of ``extent``: the largest of want, want/2, ... (>= 4) that
+    divides it; a whole extent below ``want`` that has no such divisor; else None."""
+    if extent is None or extent <= 1:
+        return None
+    lanes = want
+    while lanes >= 4:
+        if extent % lanes == 0:
+            return lanes
+        lanes //= 2
+    return extent if extent <= want else None
+
+
+# ---- inlining ----------------------------------------------------------------------------------
+def inline_intermediates(sch: Schedule, keep: Callable[[BlockInfo], bool]) -> List[str]:
+    """``compute_inline`` every spatial block that writes a scratch buffer (not a parameter)
+    and that ``keep`` does not protect, as long as any succeeds; returns the inlined names."""
+    done: List[str] = []
+    progress = True
+    while progress:
+        progress = False
+        params = params_of(sch.func)
+        for info in block_infos(sch.func):
+            if info.is_reduction or keep(info) or any(b in params for b in info.written()):
+                continue
+            try:
+                sch.compute_inline(info.rv)
+            except ScheduleError:
+                continue
+            done.append(info.name)
+            progress = True
+            break
+    return done
+
+
+def keep_packs(info: BlockInfo) -> bool:
+    return info.annotated(PACK_ANNOTATION)
+
+
+# ---- elementwise ------------------------------------------------------------------------------
+def schedule_spatial(sch: Schedule, name: str, ctx: PassContext) -> str:
+    """Vectorize the innermost loop (codegen strip-mines it into target-width vectors, and its
+    loads stay contiguous), fuse the outer loops into one parallel loop when the kernel is big
+    enough. A short innermost loop is fused with the rest and split into vector chunks
+    instead; a single loop is split into parallel chunks. Returns a short description."""
+    info = find(sch.func, name)
+    loops = loop_rvs(info)
+    if not loops:
+        return "scalar"
+    extents = [static_extent(f) for f in info.loops]
+    total = math.prod(extents) if None not in extents else None
+    big = total is None or total >= ctx.parallel_min_elements
+    inner_ext = extents[-1]
+    parts = []
+    if len(loops) > 1 and inner_ext is not None and inner_ext >= 4:
+        outer = sch.fuse(*loops[:-1]) if len(loops) > 2 else loops[0]
+        sch.vectorize(loops[-1])
+        parts.append(f"vectorize {inner_ext}")
+    else:
+        fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
+        chunk = ctx.vector_lanes * (16 if big else 1)
+        lanes = pick_lanes(total, chunk) if total is not None else chunk
+        if lanes is not None and (total is None or total > lanes):
+            outer, inner = sch.split(fused, [None, lanes])
+            sch.vectorize(inner)
+            parts.append(f"vectorize {lanes}")
+        elif lanes is not None:
+            sch.vectorize(fused)
+            parts.append(f"vectorize {lanes}")
+            outer = None
+        else:
+            outer = fused
+    if outer is not None and big:
+        sch.parallel(outer)
+        parts.append("parallel")
+    return ", ".join(parts) or "serial"
+
+
+# ---- reductions --------------------------------------------------------------------------------
+def _row_depth(func: PrimFunc, out: BlockInfo) -> int:
+    """How many leading loops of ``out`` every read of a scratch buffer depends on: the
+    "rows" (softmax / layer_norm over the last axis: the loops over the other axes)."""
+    params = params_of(func)
+    # The block iterators each loop feeds.
+    feeds = {f.loop_var: set() for f in out.loops}
+    for iv, value in zip(out.block.iter_vars, out.realize.iter_values):
+        for v in collect(value, Var):
+            if v in feeds:
+                feeds[v].add(iv.var)
+    reads = [ld for ld in collect(out.block.body, BufferLoad) if ld.buffer not in params]
+    if out.block.init is not None:
+        reads += [ld for ld in collect(out.block.init, BufferLoad) if ld.buffer not in params]
+    reads = [ld for ld in reads if ld.buffer not in out.written()]
+    if not reads:
+        return 0
+    depth = 0
+    for f in out.loops:
+        ivs = feeds[f.loop_var]
+        if not ivs or not all(ivs & set(collect(ld, Var)) for ld in reads):
+            break
+        depth += 1
+    return depth
+
+
+def schedule_reduction(sch: Schedule, ctx: PassContext) -> str:
+    """Reductions (softmax, norms, sums, pooling): every other block computed under the
+    output block's row loops, those rows fused and run in parallel, inner spatial loops
+    vectorized. Blocks that cannot move keep their own loops and get their own schedule."""
+    infos = block_infos(sch.func)
+    params = params_of(sch.func)
+    outs = [b for b in infos if any(w in params for w in b.written())]
+    if len(outs) != 1:
+        return _each_block(sch, ctx)
+    out = outs[0]
+    depth = _row_depth(sch.func, out)
+    if out.is_reduction:
+        # Keep the output block's innermost spatial loop out of the rows when that leaves some.
+        spatial = sum(1 for iv in out.block.iter_vars if iv.kind == "spatial")
+        depth = min(depth, max(spatial - 1, 0)) if spatial > 1 else min(depth, spatial)
+    if depth == 0:
+        return _each_block(sch, ctx)
+    rows = loop_rvs(out)[:depth]
+    moved = 0
+    for info in reversed(infos):
+        if info.name == out.name:
+            continue
+        try:
+            sch.compute_at(info.rv, rows[-1])
+            moved += 1
+        except ScheduleError:
+            break
+    row_loop = sch.fuse(*rows) if depth > 1 else rows[0]
+    extents = [static_extent(f) for f in out.loops]
+    total = math.prod(e for e in extents if e is not None) if None not in extents else None
+    parts = [f"rows {depth}", f"{moved} block(s) at rows"]
+    if total is None or total >= ctx.parallel_min_elements:
+        sch.parallel(row_loop)
+        parts.append("parallel")
+    vec = _vectorize_inner(sch)
+    if vec:
+        parts.append(f"vectorize {vec} inner loop(s)")
+    others = [b for b in block_infos(sch.func) if not b.loops or
+              not any(f.loop_var is row_loop.var for f in b.loops)]
+    for b in others:
+        if not b.is_reduction and b.loops and b.loops[0].kind == "serial":
+            schedule_spatial(sch, b.name, ctx)
+    return "reduction: " + ", ".join(parts)
+
+
+def _vectorize_inner(sch: Schedule) -> int:
+    """Vectorize the innermost loop of each spatial block whose innermost loop is serial and
+    of a constant extent (reduction loops cannot be: kiln.Schedule has no rfactor); returns
+    how many."""
+    count = 0
+    for info in block_infos(sch.func):
+        if not info.loops or info.is_reduction:
+            continue
+        f = info.loops[-1]
+        extent = static_extent(f)
+        if f.kind != "serial" or extent is None or extent < 2:
+            continue
+        try:
+            # Codegen strip-mines a vectorized loop into target-width chunks itself.
+            sch.vectorize(LoopRV(f.loop_var))
+            count += 1
+        except ScheduleError:
+            continue
+    return count
+
+
+def _each_block(sch: Schedule, ctx: PassContext) -> str:
+    """No shared rows: each block on its own (spatial: elementwise rule; reduction: parallel
+    over its leading spatial loops)."""
+    parts = []
+    for info in block_infos(sch.func):
+        if info.loops and info.loops[0].kind != "serial":
+            continue
+        if not info.is_reduction:
+            parts.append(schedule_spatial(sch, info.name, ctx))
+            continue
+        lead = []
+        spatial_vars = set()
+        for iv, value in zip(info.block.iter_vars, info.realize.iter_values):
+            if iv.kind == "spatial":
+                spatial_vars |= set(collect(value, Var))
+        for f in info.loops:
+            if f.loop_var not in spatial_vars:
+                break
+            lead.append(LoopRV(f.loop_var))
+        extents = [static_extent(f) for f in info.loops]
+        big = None in extents or math.prod(extents) >= ctx.parallel_min_elements
+        if lead and big:
+            loop = sch.fuse(*lead) if len(lead) > 1 else lead[0]
+            sch.parallel(loop)
+            parts.append("parallel rows")
+        else:
+            parts.append("serial")
+    return "per block: " + ", ".join(parts) if parts else "none"
+
+
+def serial_loops_only(func: PrimFunc) -> bool:
+    """True when no loop of ``func`` is parallel, vectorized, unrolled or bound (unscheduled)."""
+    return all(f.kind == "serial" for f in collect(func.body, For))

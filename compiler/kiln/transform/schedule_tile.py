@@ -1,0 +1,253 @@
+"""The register-tile schedule for contractions: matmul, linear, batched matmul, conv.
+
+It is the recipe of ``bench/matmul.py`` (packed-panel GEMM, ~0.9x numpy) generalized from the
+shape of the contraction block ``C[..] = C[..] + A[..] * B[..]``:
+
+- ``V``: the output's last axis (``j`` of matmul, ``x`` of NCHW conv), split by NR and
+  vectorized: the operand that varies along it is loaded as a vector;
+- ``U``: a spatial axis that vector operand does not depend on (``i`` of matmul, the output
+  channel of conv), split by MR and unrolled: each vector load is reused MR times;
+- the MR x NR block of C lives in a local buffer (``cache_write``) across the whole reduction,
+  written back once per tile with the elementwise epilogue (bias, relu, ...) folded into the
+  write-back (``reverse_compute_inline``);
+- the reduction's init is split off (``decompose_reduction``) and vectorized;
+- a panel-pack block (``kiln.layout = pack``, see ``layout.py``) is computed per column
+  block (``compute_at``), so a panel stays in cache while every row block streams past it;
+- the outer loops (batch, column blocks, output rows) run in parallel.
+
+Tile sizes (``layout.py``, shared with the weight packing so both agree): NR divides the
+vector axis (16, 8, else the largest divisor down to 4, else the whole axis up to 16) or is
+the panel width of a packed weight; MR fills the accumulator budget (8 vectors for the
+default ``tile_rows=4`` x 16 lanes) and divides the row axis, or is the row panel of a packed
+conv weight. With no row axis to unroll (one row, or a symbolic count) the tile unrolls over
+2-4 column blocks instead (``tile 1x4x16``). Symbolic axes are never split.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import List, Optional
+
+from ..ir import Add, BufferLoad, FloorDiv, FloorMod, Mul, PrimFunc, Var, collect
+from ..ir.expr import IntImm
+from ..schedule import LoopRV, Schedule, ScheduleError
+from .infra import PassContext
+from .kernels import PACK_ANNOTATION
+from .layout import divisor_at_most, tile_rows, vector_tile
+from .schedule_rules import (BlockInfo, block_infos, consumers, find, params_of,
+                             schedule_spatial, static_extent)
+
+
+@dataclass
+class Contraction:
+    """Where the roles of a contraction block's loops are (indices into ``info.loops``)."""
+    info: BlockInfo
+    spatial: List[int]          # loops bound to spatial iterators, in loop order
+    reduce: List[int]           # loops bound to reduction iterators
+    v: int                      # the vector axis (a spatial loop index)
+    u: Optional[int]            # the unrolled axis, or None
+    packed: int                 # the panel width when the vector operand is a packed weight, else 0
+    rows_packed: int = 0        # the rows per panel when the broadcast operand is packed, else 0
+
+
+def analyze_contraction(func: PrimFunc, info: BlockInfo) -> Optional[Contraction]:
+    """The roles of ``info``'s loops if it is a sum-of-products reduction with one loop per
+    iterator, else None."""
+    blk, store = info.block, info.store
+    if store is None or blk.init is None or not blk.is_reduction:
+        return None
+    if not isinstance(store.value, Add) or not collect(store.value, Mul):
+        return None
+    if len(info.loops) != len(blk.iter_vars):
+        return None
+    loop_of_iter = {}
+    for k, (iv, value) in enumerate(zip(blk.iter_vars, info.realize.iter_values)):
+        vs = collect(value, Var)
+        if len(vs) != 1 or vs[0] is not info.loops[k].loop_var:
+            return None
+        loop_of_iter[iv.var] = k
+    spatial = [k for k, iv in enumerate(blk.iter_vars) if iv.kind == "spatial"]
+    reduce = [k for k, iv in enumerate(blk.iter_vars) if iv.kind == "reduce"]
+    if not spatial or not reduce or spatial != list(range(len(spatial))):
+        return None
+    last = store.indices[-1] if store.indices else None
+    if not isinstance(last, Var) or last not in loop_of_iter:
+        return None
+    v = loop_of_iter[last]
+    loads = [ld for ld in collect(store.value, BufferLoad) if ld.buffer is not store.buffer]
+    # Two operands, each read along the reduction; one varies along the vector axis, the
+    # other does not (it is broadcast). ``sum(x * x)`` (a norm) or a pool is no contraction.
+    reduce_vars = {iv.var for iv in blk.iter_vars if iv.kind == "reduce"}
+    if len(loads) != 2 or loads[0].buffer is loads[1].buffer:
+        return None
+    if not all(reduce_vars & set(collect(ld, Var)) for ld in loads):
+        return None
+    vec_loads = [ld for ld in loads if last in collect(ld, Var)]
+    if len(vec_loads) != 1:
+        return None
+    used = set()
+    for ld in vec_loads:
+        used |= set(collect(ld, Var))
+    u = None
+    for k in spatial:
+        iv = blk.iter_vars[k].var
+        if k != v and iv not in used and any(iv in collect(i, Var) for i in store.indices):
+            u = k          # the last such axis: the one nearest the vector axis
+    packed = _panel(vec_loads[0], last) or 0
+    # A broadcast operand packed along an axis (conv weight [O/MR, I, KH, KW, MR]) fixes
+    # that axis as the unrolled one, and its panel width as the rows of the tile.
+    bcast = next(ld for ld in loads if ld is not vec_loads[0])
+    rows_packed = 0
+    for k in spatial:
+        iv = blk.iter_vars[k].var
+        p = _panel(bcast, iv)
+        if p and k != v and iv not in used:
+            u, rows_packed = k, p
+    return Contraction(info, spatial, reduce, v, u, packed, rows_packed)
+
+
+def _panel(load: BufferLoad, var: Var) -> Optional[int]:
+    """P when ``load`` reads a packed layout along ``var``: ``W[var // P, ..., var % P]``."""
+    idx = load.indices
+    if len(idx) < 2 or not isinstance(idx[0], FloorDiv) or not isinstance(idx[-1], FloorMod):
+        return None
+    d, m = idx[0], idx[-1]
+    if d.a is var and m.a is var and isinstance(d.b, IntImm) and isinstance(m.b, IntImm) \
+            and d.b.value == m.b.value:
+        return d.b.value
+    return None
+
+
+def schedule_contraction(sch: Schedule, c: Contraction, ctx: PassContext, kind: str) -> str:
+    """Apply the register-tile recipe (module docstring); returns a description."""
+    info = c.info
+    name = info.name
+    loops = [LoopRV(f.loop_var) for f in info.loops]
+    extents = [static_extent(f) for f in info.loops]
+    out_buf = info.written()[0]
+    v_ext = extents[c.v]
+    nr = c.packed or vector_tile(v_ext, ctx.pack_lanes)
+    if c.u is None:
+        mr = 1
+    elif c.rows_packed:
+        mr = c.rows_packed
+    else:
+        mr = divisor_at_most(extents[c.u], tile_rows(nr, ctx))
+
+    # Split the vector and row axes into an outer (tile) and inner (register) part.
+    v0 = v1 = u0 = u1 = None
+    if nr is not None and v_ext is not None and nr < v_ext:
+        v0, v1 = sch.split(loops[c.v], [None, nr])
+    elif nr is not None:
+        v1 = loops[c.v]
+    if c.u is not None and mr > 1:
+        if mr < extents[c.u]:
+            u0, u1 = sch.split(loops[c.u], [None, mr])
+        else:
+            u1 = loops[c.u]
+    cols = 1
+    if u1 is None and v0 is not None:
+        # No rows to unroll (one row, or a symbolic number of them): unroll over several
+        # column blocks instead, so that several accumulators are in flight.
+        blocks = -(-v_ext // nr)
+        cols = next((c2 for c2 in (ctx.tile_rows, 2) if 1 < c2 < blocks and blocks % c2 == 0), 1)
+        if cols > 1:
+            v0, u1 = sch.split(v0, [None, cols])
+    outer: List[LoopRV] = []
+    for k in c.spatial:
+        if k == c.v:
+            if v0 is not None:
+                outer.append(v0)
+            elif v1 is None:
+                outer.append(loops[k])
+        elif k == c.u and u1 is not None and cols == 1:
+            if u0 is not None:
+                outer.append(u0)
+        else:
+            outer.append(loops[k])
+    if kind == "matmul" and v0 is not None and u0 is not None:
+        # Column blocks outside row blocks: one (packed) panel of B serves every row block.
+        iu, iv = outer.index(u0), outer.index(v0)
+        if iu < iv:
+            outer[iu], outer[iv] = v0, u0
+    inner = [x for x in (u1, v1) if x is not None]
+    reduce = [loops[k] for k in c.reduce]
+    sch.reorder(*(outer + reduce + inner))
+
+    # The tile accumulates in a local buffer; the epilogue joins its write-back.
+    params = params_of(sch.func)
+    write_back = sch.cache_write(info.rv, 0, "local")
+    epilogue = "none"
+    if out_buf not in params:
+        left = []
+        for e in consumers(sch.func, out_buf):
+            if e.name == write_back.name:
+                continue
+            try:
+                sch.reverse_compute_inline(e.rv)
+                epilogue = "inlined"
+            except ScheduleError:
+                left.append(e)
+        if left:
+            epilogue = "separate"
+    parts = [f"tile {mr}x{nr or 1}" if cols == 1 else f"tile 1x{cols}x{nr}"]
+    if outer:
+        sch.reverse_compute_at(write_back, outer[-1])
+        if epilogue == "separate":
+            for e in consumers(sch.func, find(sch.func, write_back.name).written()[0]):
+                try:
+                    sch.reverse_compute_at(e.rv, outer[-1])
+                    epilogue = "at tile"
+                except ScheduleError:
+                    pass
+    init = sch.decompose_reduction(info.rv, reduce[0])
+    if u1 is not None:
+        sch.unroll(u1)
+    if v1 is not None:
+        sch.vectorize(v1)
+        init_loops = sch.get_loops(init)
+        sch.vectorize(init_loops[-1])
+        if u1 is not None and len(init_loops) >= 2:
+            sch.unroll(init_loops[-2])
+        wb_loops = sch.get_loops(write_back)
+        if wb_loops:
+            sch.vectorize(wb_loops[-1])
+    parts.append(f"epilogue {epilogue}")
+
+    # Pack one panel per column block, right where it is used.
+    for b in block_infos(sch.func):
+        if b.annotated(PACK_ANNOTATION):
+            target = v0 if v0 is not None and v0 in outer else None
+            if target is not None:
+                try:
+                    sch.compute_at(b.rv, target)
+                    parts.append("pack per panel")
+                except ScheduleError:
+                    parts.append("pack up front")
+            else:
+                parts.append("pack up front")
+            pl = sch.get_loops(b.rv)
+            if pl and static_extent(find(sch.func, b.name).loops[-1]):
+                sch.vectorize(pl[-1])
+    if c.packed:
+        parts.append("packed weight")
+
+    # Parallel over the outer loops but the innermost (where the tile is written back).
+    work = math.prod(e for e in extents if e is not None)
+    if outer and work >= ctx.parallel_min_elements * 16:
+        par = outer[:-1] or outer[:1]
+        loop = sch.fuse(*par) if len(par) > 1 else par[0]
+        sch.parallel(loop)
+        parts.append("parallel")
+    # Blocks left at the root (conv padding, epilogues that could not move): elementwise rule.
+    for b in block_infos(sch.func):
+        serial = all(f.kind == "serial" for f in b.loops)
+        if not b.is_reduction and _at_root(sch.func, b) and serial:
+            schedule_spatial(sch, b.name, ctx)
+    return f"{kind}: " + ", ".join(parts)
+
+
+def _at_root(func: PrimFunc, b: BlockInfo) -> bool:
+    body = func.body.block.body
+    tops = body.seq if hasattr(body, "seq") else (body,)
+    return bool(b.loops) and any(b.loops[0] is t for t in tops)

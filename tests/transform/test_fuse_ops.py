@@ -1,0 +1,195 @@
+"""fuse_ops: operator groups become one tensor program each (counted in kernels)."""
+import numpy as np
+import pytest
+
+import kiln
+from kiln import ops
+from kiln.ir import assert_structural_equal
+from kiln.script import R, T
+from kiln.transform import bind_params, default_schedule, fuse_ops, legalize
+from kiln.transform.fuse_ops import find_groups
+
+from transform_helpers import (graph_module, inputs_for, kernel_calls, kernels, reference,
+                               run_vm, typed)
+from transform_models import conv_bn_relu, mlp, transformer_block
+
+
+@kiln.script.ir_module
+class Before:
+    @R.function
+    def main(x: R.Tensor((2, 8), "float32"), w: R.Tensor((4, 8), "float32"),
+             b: R.Tensor((4,), "float32")):
+        with R.dataflow():
+            lv0 = R.linear(x, w)
+            lv1 = R.add(lv0, b)
+            gv = R.relu(lv1)
+            R.output(gv)
+        return gv
+
+
+@kiln.script.ir_module
+class Expected:
+    @R.function
+    def main(x: R.Tensor((2, 8), "float32"), w: R.Tensor((4, 8), "float32"),
+             b: R.Tensor((4,), "float32")):
+        with R.dataflow():
+            gv = R.call_tir(Expected.fused_linear_add_relu, (x, w, b), R.Tensor((2, 4), "float32"))
+            R.output(gv)
+        return gv
+
+    @T.prim_func
+    def fused_linear_add_relu(x: T.Buffer((2, 8), "float32"), w: T.Buffer((4, 8), "float32"),
+                              b: T.Buffer((4,), "float32"), relu: T.Buffer((2, 4), "float32")):
+        T.func_attr({"kiln.anchor": "linear", "kiln.ops": "linear+add+relu"})
+        linear = T.alloc_buffer((2, 4), "float32")
+        add = T.alloc_buffer((2, 4), "float32")
+        for i0, i1, k in T.grid(2, 4, 8):
+            with T.block("linear"):
+                vi0, vi1, vk = T.axis.remap("SSR", [i0, i1, k])
+                T.reads(x[vi0, vk], w[vi1, vk])
+                T.writes(linear[vi0, vi1])
+                with T.init():
+                    linear[vi0, vi1] = T.float32(0)
+                linear[vi0, vi1] = linear[vi0, vi1] + x[vi0, vk] * w[vi1, vk]
+        for i0, i1 in T.grid(2, 4):
+            with T.block("add"):
+                vi0, vi1 = T.axis.remap("SS", [i0, i1])
+                T.reads(linear[vi0, vi1], b[vi1])
+                T.writes(add[vi0, vi1])
+                add[vi0, vi1] = linear[vi0, vi1] + b[vi1]
+        for i0, i1 in T.grid(2, 4):
+            with T.block("relu"):
+                vi0, vi1 = T.axis.remap("SS", [i0, i1])
+                T.reads(add[vi0, vi1])
+                T.writes(relu[vi0, vi1])
+                relu[vi0, vi1] = T.max(add[vi0, vi1], T.float32(0))
+
+
+def test_before_expected():
+    # One te graph: the linear's and the add's results are scratch buffers of one program.
+    assert_structural_equal(fuse_ops()(Before), Expected)
+
+
+def _check_numerics(mod, fused, args=None):
+    """The fused module (unscheduled, and through the default schedules) computes what the
+    original does."""
+    args = inputs_for(mod) if args is None else args
+    want = reference(mod, args)
+    for compiled in (legalize()(fused), default_schedule()(legalize()(fused))):
+        np.testing.assert_allclose(run_vm(compiled, args), want, rtol=2e-5, atol=2e-5)
+
+
+def test_mlp_is_two_kernels():
+    mod = mlp()
+    fused = fuse_ops()(mod)
+    assert kernels(fused) == ["fused_linear_add_relu", "fused_linear_add"]
+    _check_numerics(mod, fused)
+
+
+@pytest.mark.parametrize("as_scale_shift", [False, True])
+def test_conv_bn_relu_is_one_kernel(as_scale_shift):
+    mod = conv_bn_relu(as_scale_shift=as_scale_shift)
+    fused = fuse_ops()(mod)
+    assert kernel_calls(fused) == 1
+    args = inputs_for(mod)
+    if not as_scale_shift:
+        args[-1] = np.abs(args[-1]) + 0.5       # variances are positive
+    _check_numerics(mod, fused, args)
+
+
+def test_transformer_block_kernel_count():
+    mod = transformer_block()
+    fused = legalize()(fuse_ops()(mod))
+    # layer_norm, 3 x (linear+add, reshape+permute), matmul*scale, softmax, matmul,
+    # permute+reshape, linear+add+residual, layer_norm, linear+add+gelu, linear+add+residual
+    assert kernel_calls(fused) == 15
+    assert kernel_calls(legalize()(mod)) == 29
+    args = inputs_for(mod)
+    np.testing.assert_allclose(run_vm(fused, args), reference(mod, args), rtol=1e-4, atol=1e-4)
+
+
+def test_value_used_twice_is_not_fused_into_one_consumer():
+    x = typed("x", (4, 8))
+    mod = graph_module([x], lambda emit, x: ops.call(
+        "add", emit("exp", emit("relu", x)), emit("relu", x)))
+    # relu(x) twice: two separate values; each used once -> everything fuses
+    assert kernel_calls(fuse_ops()(mod)) == 1
+    mod2 = graph_module([x], lambda emit, x: ops.call(
+        "add", emit("exp", (r := emit("relu", x))), r))
+    groups = [[b.value.op for b in g] for g in find_groups(mod2["main"])]
+    assert groups == [["relu"], ["exp", "add"]]
+    _check_numerics(mod2, fuse_ops()(mod2))
+
+
+def test_reduce_takes_elementwise_producers_and_consumers():
+    x = typed("x", (4, 8))
+    mod = graph_module([x], lambda emit, x: ops.call(
+        "sqrt", emit("sum", emit("exp", x), axis=1)))
+    groups = [[b.value.op for b in g] for g in find_groups(mod["main"])]
+    assert groups == [["exp", "sum", "sqrt"]]
+    _check_numerics(mod, fuse_ops()(mod))
+
+
+def test_two_anchors_never_share_a_kernel():
+    a, b, c = typed("a", (8, 8)), typed("b", (8, 8)), typed("c", (8, 8))
+    mod = graph_module([a, b, c], lambda emit, a, b, c: ops.call(
+        "matmul", emit("relu", emit("matmul", a, b)), c))
+    groups = [[b.value.op for b in g] for g in find_groups(mod["main"])]
+    assert groups == [["matmul", "relu"], ["matmul"]]
+    mod2 = graph_module([a, b, c], lambda emit, a, b, c: ops.call(
+        "add", emit("matmul", a, b), emit("matmul", a, c)))
+    groups = [[b.value.op for b in g] for g in find_groups(mod2["main"])]
+    assert groups == [["matmul"], ["matmul", "add"]]
+    _check_numerics(mod2, fuse_ops()(mod2))
+
+
+def test_injective_chains_fuse_but_not_into_anchors():
+    x, w = typed("x", (2, 3, 8)), typed("w", (8, 4))
+    mod = graph_module([x, w], lambda emit, x, w: ops.call(
+        "matmul", emit("reshape", emit("permute_dims", x, axes=(1, 0, 2)), shape=(6, 8)), w))
+    groups = [[b.value.op for b in g] for g in find_groups(mod["main"])]
+    assert groups == [["permute_dims", "reshape"], ["matmul"]]
+    _check_numerics(mod, fuse_ops()(mod))
+
+
+def test_broadcasting_epilogue_of_a_different_shape_is_not_fused():
+    x, w, z = typed("x", (1, 8)), typed("w", (4, 8)), typed("z", (3, 4))
+    mod = graph_module([x, w, z], lambda emit, x, w, z: ops.call("add", emit("linear", x, w), z))
+    groups = [[b.value.op for b in g] for g in find_groups(mod["main"])]
+    assert groups == [["linear"], ["add"]]
+
+
+def test_constant_weights_are_packed_once():
+    mod = mlp()
+    args = inputs_for(mod)
+    bound = bind_params("main", {p.name: a for p, a in zip(mod["main"].params[1:], args[1:])})(mod)
+    fused = fuse_ops()(bound)
+    # one pack kernel per weight shape, each called once on its constant
+    assert kernels(fused) == ["pack_nk16", "fused_linear_add_relu", "pack_nk16_1",
+                              "fused_linear_add"]
+    out = kiln.get_pipeline("default")(bound)
+    assert kernels(out) == ["fused_linear_add_relu", "fused_linear_add"]
+    np.testing.assert_allclose(run_vm(out, args[:1]), reference(mod, args), rtol=2e-5, atol=2e-5)
+
+
+def test_operators_without_te_compute_stay_alone():
+    x = typed("x", (2, 6))
+    from kiln.ir import FunctionBuilder, IRModule
+    from kiln.ir.graph import TupleGetItem
+    fb = FunctionBuilder([x])
+    with fb.dataflow():
+        r = fb.emit(ops.call("relu", x))
+        t = fb.emit(ops.call("topk", r, k=2))
+        gv = fb.emit_output(ops.call("exp", fb.emit(TupleGetItem(t, 0))))
+    mod = IRModule({"main": fb.finish(gv)})
+    groups = [[b.value.op for b in g] for g in find_groups(mod["main"])]
+    assert groups == [["relu"], ["exp"]]
+
+
+def test_a_value_used_twice_by_one_consumer_still_fuses():
+    x, w = typed("x", (4, 8)), typed("w", (16, 8))
+    mod = graph_module([x, w], lambda emit, x, w: ops.call(
+        "multiply", (t := emit("linear", x, w)), t))
+    groups = [[b.value.op for b in g] for g in find_groups(mod["main"])]
+    assert groups == [["linear", "multiply"]]
+    _check_numerics(mod, fuse_ops()(mod))
