@@ -2,7 +2,7 @@
 
 ``import kiln`` is cheap: sub-packages load on first use (``kiln.Schedule``, ``kiln.te``, ...).
 """
-from importlib import import_module as _import_module
+from ._lazy import lazy_attributes
 
 from . import ir
 from .ir import IRModule
@@ -46,17 +46,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name):
-    try:
-        module, attr = _LAZY[name]
-    except KeyError:
-        raise AttributeError(f"module 'kiln' has no attribute {name!r}") from None
-    value = _import_module(module)
-    if attr is not None:
-        value = getattr(value, attr)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(list(globals()) + list(_LAZY))
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, globals())
