@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 
-.PHONY: all build runtime example test test-fast bench clean
+.PHONY: all build runtime example deploy-examples java test test-fast bench clean
 
 all: example
 
@@ -24,6 +24,19 @@ build: runtime
 example: build
 	$(PY) examples/quickstart.py
 	$(PY) examples/mlp.py
+	$(MAKE) -s -C examples/c run
+
+# The deployment examples in C++ and Java (needs g++ and a JDK); `make test` builds and runs
+# them too, through tests/deploy.
+deploy-examples: build java
+	$(MAKE) -s -C examples/c run
+	$(MAKE) -s -C examples/cpp
+	examples/cpp/build/main examples/c/build/model/mlp.so
+	java -cp bindings/java/build/kiln.jar:bindings/java/build/examples \
+	    -Djava.library.path=bindings/java/build RunModel examples/c/build/model/mlp.so
+
+java: runtime
+	$(MAKE) -s -C bindings/java all example
 
 # pytest exits 5 when it collected no test; that is not a failure of the build.
 test: build
@@ -37,4 +50,7 @@ bench: build
 
 clean:
 	$(MAKE) -s -C runtime_c clean
+	-$(MAKE) -s -C bindings/java clean
+	-$(MAKE) -s -C examples/c clean
+	-$(MAKE) -s -C examples/cpp clean
 	rm -rf $(VENV) .pytest_cache compiler/kiln/_ffi*

@@ -84,7 +84,8 @@ KILN_API const char* kiln_status_string(kiln_status_t status);
 #define KILN_ALIGNMENT 64  /* bytes; every runtime allocation, and every tensor's data */
 
 /* Allocates `nbytes` (0 allowed) aligned to KILN_ALIGNMENT. *out_ptr is owned by the caller and
- * freed with kiln_memory_free. Errors: KILN_ERR_OUT_OF_MEMORY. */
+ * freed with kiln_memory_free. Errors: KILN_ERR_INVALID_ARGUMENT (NULL out_ptr),
+ * KILN_ERR_OUT_OF_MEMORY. */
 KILN_API kiln_status_t kiln_memory_alloc(size_t nbytes, void** out_ptr);
 
 /* Frees memory from kiln_memory_alloc. NULL is ignored. */
@@ -127,13 +128,14 @@ KILN_API void kiln_tensor_release(kiln_tensor_t* tensor);
 
 /* The tensor's DLTensor, owned by the tensor and valid while the caller holds a reference.
  * Read its fields and read/write the data it points to; do not change its fields. strides is
- * never NULL. */
+ * never NULL. NULL for a NULL tensor. */
 KILN_API DLTensor* kiln_tensor_dltensor(kiln_tensor_t* tensor);
 
-/* Number of bytes of the tensor's data. */
+/* Number of bytes of the tensor's data (0 for NULL). */
 KILN_API size_t kiln_tensor_nbytes(const kiln_tensor_t* tensor);
 
-/* Non-zero when the memory must not be written (imported with DLPACK_FLAG_BITMASK_READ_ONLY). */
+/* Non-zero when the memory must not be written (imported with DLPACK_FLAG_BITMASK_READ_ONLY, or
+ * a constant of an executable, a view into its blob). 0 for NULL. */
 KILN_API int32_t kiln_tensor_is_read_only(const kiln_tensor_t* tensor);
 
 /* Imports a DLPack managed tensor without copying. On success the tensor takes ownership of
@@ -252,6 +254,9 @@ KILN_API kiln_status_t kiln_module_from_library_info(const kiln_library_info_t* 
 
 /* kiln_module_from_library_info plus an executable blob linked into the program (a model
  * exported for static linking): the module then has "load_executable" as if loaded from a file.
+ * Executable.export_static(dir, name) writes <name>.a and <name>.h, whose
+ * kiln_model_<name>_create(&mod) makes this call with the model's own (prefixed) symbols
+ * kiln_model_<name>_library_info, kiln_model_<name>_blob and kiln_model_<name>_blob_size.
  * `info` and `blob` (blob_size bytes, KILN_ALIGNMENT-aligned) are borrowed for the module's
  * whole lifetime and for every VM and tensor made from it (constants are views into the blob).
  * blob NULL with blob_size 0 means no executable. The blob is validated by load_executable.
@@ -265,11 +270,11 @@ KILN_API kiln_status_t kiln_module_from_static(const kiln_library_info_t* info,
 KILN_API void kiln_module_retain(kiln_module_t* module);
 KILN_API void kiln_module_release(kiln_module_t* module);
 
-/* What kind of module this is: "library" or "vm". Static string. */
+/* What kind of module this is: "library" or "vm" ("" for NULL). Static string. */
 KILN_API const char* kiln_module_kind(const kiln_module_t* module);
 
-/* The number of functions and the name of function `index` (owned by the module, valid while
- * it is alive; NULL when index is out of range), for listing. */
+/* The number of functions (0 for NULL) and the name of function `index` (owned by the module,
+ * valid while it is alive; NULL when the module is NULL or index is out of range), for listing. */
 KILN_API int32_t kiln_module_num_functions(const kiln_module_t* module);
 KILN_API const char* kiln_module_function_name(const kiln_module_t* module, int32_t index);
 
@@ -297,12 +302,14 @@ KILN_API kiln_status_t kiln_function_create(const char* name, kiln_callback_fn c
 KILN_API void kiln_function_retain(kiln_function_t* function);
 KILN_API void kiln_function_release(kiln_function_t* function);
 
-/* The function's name, owned by the function. */
+/* The function's name, owned by the function ("" for NULL). */
 KILN_API const char* kiln_function_name(const kiln_function_t* function);
 
 /* Calls a function. `args` (num_args values, borrowed; may be NULL when num_args is 0). On
  * success *out_result (if out_result is not NULL) receives an owned value, KILN_VALUE_NULL for
- * functions that return nothing (kernels write their outputs into argument tensors). A kernel
+ * functions that return nothing (kernels write their outputs into argument tensors); with
+ * out_result NULL the result is released. On failure *out_result is not touched. NULL function,
+ * negative num_args or NULL args with num_args > 0: KILN_ERR_INVALID_ARGUMENT. A kernel
  * function checks every argument against the kernel's parameter table before running and
  * fails with a message naming the kernel, the argument index and name, expected and given:
  *   "main: expected 2 arguments, got 1"                           KILN_ERR_INVALID_ARGUMENT

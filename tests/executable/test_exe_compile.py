@@ -73,7 +73,7 @@ def test_executable_attributes(ex):
 def test_export_library(ex, tmp_path):
     path = ex.export_library(tmp_path / "model.so")
     assert os.path.exists(path) and read_blob(path) == ex.blob
-    with pytest.raises(NotImplementedError, match="static export"):
+    with pytest.raises(ValueError, match="export_static"):
         ex.export_library(tmp_path / "model.a")
 
 

@@ -53,6 +53,7 @@ class Executable:
     ``library_path`` (the library in the build cache), ``blob`` (the serialized executable),
     ``spec`` (its data model, ``kiln.executable.format.ExecutableSpec``), ``stats``,
     ``kernel_names``, ``function_names``. ``export_library(path)`` copies the library out;
+    ``export_static(dir, name)`` writes ``<name>.a`` + ``<name>.h`` for static linking;
     ``kiln.VirtualMachine(ex, kiln.cpu())`` runs it.
     """
 
@@ -77,10 +78,15 @@ class Executable:
         Load it back with ``kiln.load_module(path)``."""
         path = os.fspath(path)
         if path.endswith((".a", ".o", ".lib")):
-            raise NotImplementedError(f"export_library({path!r}): static export (.a + header) is not "
-                                      "implemented yet; export a shared library (.so)")
+            raise ValueError(f"export_library({path!r}) writes a shared library (.so); for a static "
+                             "archive + header use export_static(directory, name)")
         shutil.copyfile(self.library_path, path)
         return path
+
+    def export_static(self, directory, name: str = "model", options=None):
+        """Write ``<name>.a`` + ``<name>.h`` for static linking (``kiln.executable.static``)."""
+        from .static import export_static
+        return export_static(self, directory, name, options)
 
     def load_module(self):
         """The library loaded by the runtime (``kiln.load_module``), which has ``load_executable``."""
@@ -180,7 +186,9 @@ def compile(mod: IRModule, target="llvm", pipeline: Union[None, str, Callable] =
         constant_bytes=sum(c.nbytes for c in spec.constants),
         arena_size=sum(p.arena_size for p in plans.values()),
         naive_size=sum(p.naive_size for p in plans.values()), blob_size=len(blob), plans=plans)
-    return Executable(path, blob, spec, stats)
+    ex = Executable(path, blob, spec, stats)
+    ex._static_source = (lowered, target, options)  # for export_static (recompiles the kernels)
+    return ex
 
 
 def load_spec(library_path: Union[str, os.PathLike]) -> ExecutableSpec:

@@ -1,0 +1,78 @@
+package ai.kiln;
+
+import java.lang.ref.Reference;
+import java.util.Arrays;
+import java.util.Collections;
+import java.util.List;
+
+/**
+ * A runtime module (kiln_module_t): a kernel library loaded from a file, or a VM module returned
+ * by a library's {@code load_executable}. Holds one runtime reference; close it (or use
+ * try-with-resources). Functions looked up from a module keep it alive on the native side, so
+ * closing a module while its functions are still in use is safe.
+ *
+ * <p>Thread safety: a Module may be shared between threads (the runtime is thread-safe), but
+ * must not be closed while another thread uses it.
+ *
+ * <p>Import it by name ({@code import ai.kiln.Module;}): with only {@code import ai.kiln.*;} the
+ * simple name is ambiguous with {@code java.lang.Module}.
+ */
+public final class Module extends NativeHandle {
+    Module(long handle) { // called by the JNI shim, which hands over one reference
+        super(handle, Native::moduleRelease);
+    }
+
+    /**
+     * Loads a library exported by Kiln (e.g. {@code ex.export_library("mlp.so")}).
+     *
+     * @throws KilnException IO when the file cannot be loaded, INVALID_FORMAT when it is not a
+     *     Kiln library, VERSION_MISMATCH for another ABI version
+     */
+    public static Module load(String path) {
+        if (path == null) {
+            throw new NullPointerException("path");
+        }
+        return new Module(Native.moduleLoad(path));
+    }
+
+    /**
+     * Looks up a function. Each call returns a new {@link Function} (with its own argument list),
+     * so threads can each look up their own.
+     *
+     * @throws KilnException NOT_FOUND when there is no such function (the message lists the
+     *     available names)
+     */
+    public Function getFunction(String name) {
+        if (name == null) {
+            throw new NullPointerException("name");
+        }
+        try {
+            return new Function(Native.moduleGetFunction(handle(), name));
+        } finally {
+            Reference.reachabilityFence(this);
+        }
+    }
+
+    /** "library" or "vm". */
+    public String kind() {
+        try {
+            return Native.moduleKind(handle());
+        } finally {
+            Reference.reachabilityFence(this);
+        }
+    }
+
+    /** The names of the module's functions. */
+    public List<String> functionNames() {
+        try {
+            return Collections.unmodifiableList(Arrays.asList(Native.moduleFunctionNames(handle())));
+        } finally {
+            Reference.reachabilityFence(this);
+        }
+    }
+
+    @Override
+    public String toString() {
+        return isClosed() ? "Module(closed)" : "Module(" + kind() + ")";
+    }
+}

@@ -1,0 +1,154 @@
+"""Shared fixtures for the deployment tests (C, C++, Java): one exported MLP and the runtime.
+
+``mlp_artifact`` compiles the MLP of examples/mlp.py once per session (with
+examples/c/export_mlp.py) and writes, into a session tmp dir:
+
+- ``mlp.so``: the model as a shared library (``Executable.export_library``);
+- ``mlp.a`` and ``mlp.h`` (in ``static_dir``, the same dir): the model for static linking
+  (``Executable.export_static(dir, name="mlp")``), the header declaring ``kiln_model_mlp_create``;
+- the input, each parameter and the expected output (the Python VM's result) as raw
+  little-endian float32 files (``*.bin``, C order) and as ``.npy``.
+
+``runtime_build`` builds runtime_c (``make -C runtime_c all asan``, under a file lock) and returns
+its include dir and copies of its libraries; ``runtime_make(*targets)`` runs other targets
+under the same lock.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import importlib.util
+import pathlib
+import shutil
+import subprocess
+from typing import List, Tuple
+
+import numpy as np
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+RUNTIME = ROOT / "runtime_c"
+
+
+@dataclasses.dataclass(frozen=True)
+class MLPArtifact:
+    dir: pathlib.Path
+    so_path: pathlib.Path                  # model shared library (kernels + blob)
+    static_dir: pathlib.Path               # holds mlp.a + mlp.h
+    static_name: str                       # "mlp": kiln_model_mlp_create in mlp.h
+    function: str                          # "forward"
+    input_path: pathlib.Path               # raw float32 (1, 784)
+    param_paths: List[pathlib.Path]        # raw float32: w1 (256, 784), b1 (256,), w2 (10, 256), b2 (10,)
+    expected_path: pathlib.Path            # raw float32 (1, 10), the Python VM's output
+    input_npy: pathlib.Path
+    param_npys: List[pathlib.Path]
+    expected_npy: pathlib.Path
+    input_shape: Tuple[int, ...]
+    param_shapes: List[Tuple[int, ...]]
+    output_shape: Tuple[int, ...]
+
+    @property
+    def arg_paths(self) -> List[pathlib.Path]:
+        """Raw files of every argument of ``forward``, in order (input first)."""
+        return [self.input_path, *self.param_paths]
+
+    @property
+    def arg_shapes(self) -> List[Tuple[int, ...]]:
+        return [self.input_shape, *self.param_shapes]
+
+    def expected(self) -> np.ndarray:
+        return np.load(self.expected_npy)
+
+
+@dataclasses.dataclass(frozen=True)
+class RuntimeBuild:
+    include_dir: pathlib.Path
+    shared_lib: pathlib.Path               # libkiln_runtime.so
+    static_lib: pathlib.Path               # libkiln_runtime.a
+    asan_static_lib: pathlib.Path          # asan/libkiln_runtime.a (ASan + UBSan)
+    libs: Tuple[str, ...] = ("-ldl", "-lpthread", "-lm")
+
+
+@contextlib.contextmanager
+def _runtime_lock():
+    """An exclusive lock on runtime_c/build, so test sessions running at once (several deploy
+    test files, other sessions on the same tree) never build the same objects concurrently."""
+    (RUNTIME / "build").mkdir(exist_ok=True)
+    with open(RUNTIME / "build" / ".make.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _make(*targets: str) -> None:
+    subprocess.run(["make", "-s", "-C", str(RUNTIME), *targets], check=True,
+                   stdout=subprocess.DEVNULL, timeout=600)
+
+
+@pytest.fixture(scope="session")
+def runtime_make():
+    """``runtime_make("single", copy={"single/libkiln_runtime.a": dest})`` runs
+    ``make -C runtime_c single`` and copies build outputs (paths relative to runtime_c/build),
+    all under the build lock."""
+    def run(*targets: str, copy=None) -> None:
+        with _runtime_lock():
+            _make(*targets)
+            for rel, dest in (copy or {}).items():
+                shutil.copyfile(RUNTIME / "build" / rel, dest)
+    return run
+
+
+@pytest.fixture(scope="session")
+def runtime_build(tmp_path_factory) -> RuntimeBuild:
+    """The runtime built from this tree; its libraries are copied (under the lock) into a
+    session dir so a rebuild by anyone else cannot change them under the tests."""
+    out = tmp_path_factory.mktemp("runtime")
+    (out / "asan").mkdir()
+    with _runtime_lock():
+        _make("all", "asan")
+        for rel in ["libkiln_runtime.so", "libkiln_runtime.a", "asan/libkiln_runtime.a"]:
+            shutil.copyfile(RUNTIME / "build" / rel, out / rel)
+    return RuntimeBuild(RUNTIME / "include", out / "libkiln_runtime.so", out / "libkiln_runtime.a",
+                        out / "asan" / "libkiln_runtime.a")
+
+
+def _load_export_mlp():
+    """examples/c/export_mlp.py as a module: the one definition of the MLP artifact."""
+    spec = importlib.util.spec_from_file_location("kiln_example_export_mlp",
+                                                  ROOT / "examples" / "c" / "export_mlp.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="session")
+def _mlp_export(tmp_path_factory):
+    out = tmp_path_factory.mktemp("mlp_artifact")
+    ex, x, params, y = _load_export_mlp().export(str(out))   # mlp.so, mlp.a, mlp.h, *.bin
+    return out, ex, x, params, y
+
+
+@pytest.fixture(scope="session")
+def mlp_executable(_mlp_export):
+    """The ``kiln.Executable`` of the MLP behind ``mlp_artifact``."""
+    return _mlp_export[1]
+
+
+@pytest.fixture(scope="session")
+def mlp_artifact(_mlp_export) -> MLPArtifact:
+    out, _, x, params, y = _mlp_export
+    np.save(out / "input.npy", x)
+    for i, p in enumerate(params):
+        np.save(out / f"param{i}.npy", p)
+    np.save(out / "expected.npy", y)
+    n = len(params)
+    return MLPArtifact(
+        dir=out, so_path=out / "mlp.so", static_dir=out, static_name="mlp", function="forward",
+        input_path=out / "input.bin", param_paths=[out / f"param{i}.bin" for i in range(n)],
+        expected_path=out / "expected.bin", input_npy=out / "input.npy",
+        param_npys=[out / f"param{i}.npy" for i in range(n)], expected_npy=out / "expected.npy",
+        input_shape=tuple(x.shape), param_shapes=[tuple(p.shape) for p in params],
+        output_shape=tuple(y.shape))

@@ -1,0 +1,345 @@
+"""The Java binding (bindings/java, package ai.kiln) on the shared MLP artifact.
+
+Builds kiln.jar and libkiln_jni.so once per session with `make -C bindings/java`, runs
+examples/java/RunModel.java as a plain `java` program, and drives the same classes from pytest
+through jpype. jpype can start only one JVM per process, so every jpype test lives in this module
+and shares the session-scoped `jvm` fixture.
+"""
+from __future__ import annotations
+
+import concurrent.futures
+import os
+import pathlib
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+JAVA_DIR = ROOT / "bindings" / "java"
+BUILD = JAVA_DIR / "build"
+
+# KilnException status codes (kiln_runtime.h).
+SHAPE_MISMATCH, DTYPE_MISMATCH, NOT_FOUND, IO, INVALID_FORMAT = 0x11, 0x12, 0x20, 0x30, 0x31
+
+
+def _java_home():
+    if os.environ.get("JAVA_HOME"):
+        return pathlib.Path(os.environ["JAVA_HOME"])
+    javac = shutil.which("javac")
+    return pathlib.Path(os.path.realpath(javac)).parents[1] if javac else None
+
+
+@pytest.fixture(scope="session")
+def java_build():
+    home = _java_home()
+    if home is None or not (home / "bin" / "javac").exists():
+        pytest.skip("no JDK (javac) found")
+    if shutil.which(os.environ.get("CC", "cc")) is None:
+        pytest.skip("needs a C compiler (cc) for libkiln_jni.so")
+    subprocess.run(["make", "-s", "-C", str(JAVA_DIR), "all", "example"], check=True,
+                   timeout=300, env={**os.environ, "JAVA_HOME": str(home)})
+    return {"jar": BUILD / "kiln.jar", "lib": BUILD / "libkiln_jni.so",
+            "examples": BUILD / "examples", "java": home / "bin" / "java"}
+
+
+def _deterministic(k, shape):
+    """RunModel.java's data: element i of input k is ((i * 7 + k * 13) % 17 - 8) / 64."""
+    n = int(np.prod(shape))
+    i = np.arange(n, dtype=np.int64)
+    return ((((i * 7 + k * 13) % 17) - 8) / 64).astype(np.float32).reshape(shape)
+
+
+def _mlp_numpy(x, w1, b1, w2, b2):
+    return np.maximum(x @ w1.T + b1, 0) @ w2.T + b2
+
+
+# ---- the example, as a plain java program ------------------------------------------------------
+
+def test_run_model_example(java_build, mlp_artifact):
+    cp = os.pathsep.join([str(java_build["jar"]), str(java_build["examples"])])
+    proc = subprocess.run(
+        [str(java_build["java"]), "-Xcheck:jni", "-cp", cp, f"-Djava.library.path={BUILD}",
+         "RunModel",
+         str(mlp_artifact.so_path)],
+        capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert "WARNING" not in proc.stdout + proc.stderr  # -Xcheck:jni found no JNI misuse
+    header, values = proc.stdout.strip().splitlines()[-2:]
+    assert header == "output float32 [1, 10]"
+    got = np.array([float(v) for v in values.split()], dtype=np.float32).reshape(1, 10)
+
+    args = [_deterministic(k, s) for k, s in enumerate(mlp_artifact.arg_shapes)]
+    np.testing.assert_allclose(got, _mlp_numpy(*args), rtol=1e-4, atol=1e-4)
+
+    import kiln  # the Python VM on the same file gives the same answer
+    vm = kiln.VirtualMachine(kiln.load_module(str(mlp_artifact.so_path)), kiln.cpu())
+    ref = vm["forward"](*[kiln.nd.array(a) for a in args]).numpy()
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+
+
+# ---- jpype -------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def jvm(java_build):
+    jpype = pytest.importorskip("jpype")
+    if not jpype.isJVMStarted():
+        libjvm = _java_home() / "lib" / "server" / "libjvm.so"
+        jpype.startJVM(str(libjvm) if libjvm.exists() else jpype.getDefaultJVMPath(),
+                       f"-Djava.library.path={BUILD}",
+                       f"-Dkiln.jni.library={java_build['lib']}",
+                       classpath=[str(java_build["jar"])], convertStrings=True)
+    try:
+        jpype.JClass("ai.kiln.Module")
+    except Exception as e:  # a JVM started elsewhere without our jar
+        pytest.skip(f"JVM already running without kiln.jar: {e}")
+
+    class K:
+        Module = jpype.JClass("ai.kiln.Module")
+        NDArray = jpype.JClass("ai.kiln.NDArray")
+        Device = jpype.JClass("ai.kiln.Device")
+        Value = jpype.JClass("ai.kiln.Value")
+        KilnException = jpype.JClass("ai.kiln.KilnException")
+        IllegalStateException = jpype.JClass("java.lang.IllegalStateException")
+        IllegalArgumentException = jpype.JClass("java.lang.IllegalArgumentException")
+        ClassCastException = jpype.JClass("java.lang.ClassCastException")
+
+        @staticmethod
+        def nd(a):
+            a = np.ascontiguousarray(a)
+            shape = jpype.JArray(jpype.JLong)(list(a.shape))
+            if a.dtype == np.float32:
+                return K.NDArray.fromFloatArray(jpype.JArray(jpype.JFloat)(a.ravel()), shape)
+            if a.dtype == np.int32:
+                return K.NDArray.fromIntArray(jpype.JArray(jpype.JInt)(a.ravel()), shape)
+            if a.dtype == np.int64:
+                return K.NDArray.fromLongArray(jpype.JArray(jpype.JLong)(a.ravel()), shape)
+            raise TypeError(a.dtype)
+
+        @staticmethod
+        def np(nd):
+            shape = tuple(int(d) for d in nd.shape())
+            return np.array(nd.toFloatArray(), dtype=np.float32).reshape(shape)
+
+    return K
+
+
+@pytest.fixture(scope="module")
+def mlp(jvm, mlp_artifact):
+    """(library module, initialised VM module, argument NDArrays, numpy args, expected)."""
+    K = jvm
+    lib = K.Module.load(str(mlp_artifact.so_path))
+    vm = lib.getFunction("load_executable").invoke().asModule()
+    assert vm.getFunction("init").pushArg(K.Device.cpu()).invoke().isNull()
+    args_np = [np.load(p) for p in [mlp_artifact.input_npy, *mlp_artifact.param_npys]]
+    args = [K.nd(a) for a in args_np]
+    yield lib, vm, args, args_np, mlp_artifact.expected()
+    for a in args:
+        a.close()
+    vm.close()
+    lib.close()
+
+
+def _forward(vm, args):
+    f = vm.getFunction("forward")
+    for a in args:
+        f.pushArg(a)
+    return f.invoke().asNDArray()
+
+
+def test_forward_matches_numpy(jvm, mlp):
+    lib, vm, args, args_np, expected = mlp
+    assert str(lib.kind()) == "library" and str(vm.kind()) == "vm"
+    assert "forward" in list(vm.functionNames())
+    with _forward(vm, args) as out:
+        assert str(out.dtype()) == "float32" and list(out.shape()) == list(expected.shape)
+        got = jvm.np(out)
+    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got, _mlp_numpy(*args_np), rtol=1e-4, atol=1e-4)
+
+
+def test_api_md_block(jvm, mlp_artifact):
+    """API.md section 5 as written (the VM module is left to the Cleaner)."""
+    K = jvm
+    args_np = [np.load(p) for p in [mlp_artifact.input_npy, *mlp_artifact.param_npys]]
+    x, w1, b1, w2, b2 = [K.nd(a) for a in args_np]
+    with K.Module.load(str(mlp_artifact.so_path)) as lib:
+        vm = lib.getFunction("load_executable").invoke().asModule()
+        vm.getFunction("init").pushArg(K.Device.cpu()).invoke()
+        out = (vm.getFunction("forward").pushArg(x).pushArg(w1).pushArg(b1).pushArg(w2)
+               .pushArg(b2).invoke().asNDArray())
+    # the VM and the output outlive the closed library handle (the runtime keeps it alive)
+    np.testing.assert_allclose(jvm.np(out), mlp_artifact.expected(), rtol=1e-5, atol=1e-5)
+    out.close()
+    vm.close()
+
+
+def test_call_from_several_threads(jvm, mlp):
+    _, vm, args, _, expected = mlp
+
+    def work(_):
+        results = []
+        for _ in range(10):
+            with _forward(vm, args) as out:  # each call: its own Function object
+                results.append(jvm.np(out))
+        return results
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        for results in pool.map(work, range(4)):
+            for r in results:
+                np.testing.assert_allclose(r, expected, rtol=1e-5, atol=1e-5)
+
+
+def test_errors_become_kiln_exception(jvm, mlp, tmp_path):
+    K = jvm
+    lib, vm, args, args_np, _ = mlp
+    forward = vm.getFunction("forward")
+
+    with K.nd(np.zeros((1, 785), np.float32)) as bad:  # wrong shape
+        with pytest.raises(K.KilnException) as e:
+            forward.pushArg(bad).pushArg(args[1]).pushArg(args[2]).pushArg(args[3]) \
+                .pushArg(args[4]).invoke()
+    assert e.value.getStatus() == SHAPE_MISMATCH
+    assert "expected shape (1, 784), got (1, 785)" in str(e.value.getMessage())
+    assert forward.numArgs() == 0  # cleared even though the call failed
+
+    with K.nd(np.zeros((1, 784), np.int32)) as bad:  # wrong dtype
+        with pytest.raises(K.KilnException) as e:
+            forward.call(bad, *args[1:])
+    assert e.value.getStatus() == DTYPE_MISMATCH
+    assert "expected dtype float32, got int32" in str(e.value.getMessage())
+
+    with pytest.raises(K.KilnException) as e:  # wrong number of arguments
+        forward.call(args[0])
+    assert "forward" in str(e.value.getMessage())
+
+    with pytest.raises(K.KilnException) as e:  # unknown function
+        vm.getFunction("backward")
+    assert e.value.getStatus() == NOT_FOUND
+    assert "backward" in str(e.value.getMessage())
+    assert "shape mismatch" not in str(e.value.getStatusName())
+
+    corrupt = tmp_path / "corrupt.so"  # an ELF magic followed by garbage
+    corrupt.write_bytes(b"\x7fELF" + b"\0" * 60 + b"garbage" * 100)
+    with pytest.raises(K.KilnException) as e:
+        K.Module.load(str(corrupt))
+    assert e.value.getStatus() in (IO, INVALID_FORMAT)
+    assert str(e.value.getMessage())
+
+    with pytest.raises(K.KilnException) as e:  # missing file
+        K.Module.load(str(tmp_path / "missing.so"))
+    assert e.value.getStatus() == IO
+    assert "missing.so" in str(e.value.getMessage())
+
+
+def test_truncated_library(jvm, mlp_artifact, tmp_path):
+    K = jvm
+    data = mlp_artifact.so_path.read_bytes()
+    corrupt = tmp_path / "truncated.so"
+    corrupt.write_bytes(data[: len(data) // 3])
+    with pytest.raises(K.KilnException) as e:
+        K.Module.load(str(corrupt))
+    assert e.value.getStatus() in (IO, INVALID_FORMAT)
+    assert len(str(e.value.getMessage())) > 0
+
+
+def test_close_twice_and_use_after_close(jvm, mlp_artifact):
+    K = jvm
+    lib = K.Module.load(str(mlp_artifact.so_path))
+    f = lib.getFunction("load_executable")
+    a = K.nd(np.ones((2, 3), np.float32))
+    for h in (f, lib, a):
+        h.close()
+        h.close()  # idempotent
+        assert h.isClosed()
+    with pytest.raises(K.IllegalStateException):
+        lib.getFunction("load_executable")
+    with pytest.raises(K.IllegalStateException):
+        f.invoke()
+    with pytest.raises(K.IllegalStateException):
+        a.toFloatArray()
+    with pytest.raises(K.IllegalStateException):
+        a.asByteBuffer()
+    with K.Module.load(str(mlp_artifact.so_path)) as lib2:
+        vm = lib2.getFunction("load_executable").invoke().asModule()
+        with pytest.raises(K.IllegalStateException):  # a closed argument
+            vm.getFunction("init").call(a)
+        vm.close()
+
+
+def test_ndarray_roundtrip(jvm):
+    K = jvm
+    import jpype
+    x = np.arange(12, dtype=np.float32).reshape(3, 4) / 7
+    with K.nd(x) as a:
+        assert list(a.shape()) == [3, 4] and str(a.dtype()) == "float32"
+        assert a.size() == 12 and a.nbytes() == 48
+        np.testing.assert_array_equal(jvm.np(a), x)
+        buf = a.asByteBuffer()  # zero copy: writes show up in the tensor
+        assert buf.isDirect() and buf.order() == jpype.JClass("java.nio.ByteOrder").nativeOrder()
+        buf.putFloat(4 * 5, 42.0)
+        assert a.toFloatArray()[5] == 42.0
+    i32 = np.arange(-3, 3, dtype=np.int32)
+    with K.nd(i32) as a:
+        assert str(a.dtype()) == "int32"
+        assert list(a.toIntArray()) == list(i32)
+        with pytest.raises(K.IllegalStateException):
+            a.toFloatArray()  # dtype mismatch on the Java side
+    i64 = np.array([[1 << 40, -5]], dtype=np.int64)
+    with K.nd(i64) as a:
+        assert list(a.toLongArray()) == [1 << 40, -5]
+    with K.NDArray.empty(jpype.JArray(jpype.JLong)([2, 0]), "float16") as a:
+        assert str(a.dtype()) == "float16" and a.nbytes() == 0 and a.asByteBuffer().capacity() == 0
+    with K.NDArray.empty(jpype.JArray(jpype.JLong)([]), "bool") as a:
+        assert a.size() == 1 and a.nbytes() == 1
+    with pytest.raises(K.IllegalArgumentException):
+        K.NDArray.fromFloatArray(jpype.JArray(jpype.JFloat)([1.0, 2.0]),
+                                 jpype.JArray(jpype.JLong)([3]))
+    with pytest.raises(K.IllegalArgumentException):
+        K.NDArray.empty(jpype.JArray(jpype.JLong)([2]), "complex64")
+
+
+def test_value_kinds(jvm, mlp_artifact):
+    K = jvm
+    with K.Module.load(str(mlp_artifact.so_path)) as lib:
+        with lib.getFunction("load_executable").invoke() as v:
+            assert str(v.kind()) == "MODULE"
+            with pytest.raises(K.ClassCastException):
+                v.asNDArray()
+            vm = v.asModule()
+            assert vm.equals(v.asModule())
+        assert vm.isClosed()  # closing the Value closed the module it held
+
+
+def test_profile_returns_tuples_of_scalars(jvm, mlp):
+    """VM `profile` returns a tuple of (name, kind, calls, total_us) rows: exercises string,
+    int, float and tuple results."""
+    K = jvm
+    _, vm, args, _, _ = mlp
+    with vm.getFunction("profile").call("forward", *args) as v:
+        rows = list(v.asTuple())
+        assert rows
+        for row in rows:
+            name, kind, calls, total_us = list(row.asTuple())
+            assert isinstance(str(name.asString()), str)
+            assert str(kind.asString()) in ("kernel", "extern", "vm", "total")
+            assert calls.asLong() >= 0 and total_us.asDouble() >= 0.0
+        assert "total" in [str(list(r.asTuple())[1].asString()) for r in rows]
+    # a tuple argument (Object[]) crosses too; init rejects it with a message
+    with pytest.raises(K.KilnException) as e:
+        vm.getFunction("init").call([1, 2.5, "s", K.Device.cpu()])
+    assert str(e.value.getMessage())
+
+
+def test_unclosed_handles_are_cleaned(jvm, mlp):
+    """Handles dropped without close() are released by the Cleaner; nothing crashes."""
+    import jpype
+    K = jvm
+    _, vm, args, _, expected = mlp
+    for _ in range(200):
+        K.NDArray.empty(jpype.JArray(jpype.JLong)([256, 256]), "float32")
+        vm.getFunction("forward")
+    jpype.JClass("java.lang.System").gc()
+    with _forward(vm, args) as out:
+        np.testing.assert_allclose(jvm.np(out), expected, rtol=1e-5, atol=1e-5)
