@@ -12,6 +12,9 @@ $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e ".[test]"
+	# Real ONNX test models ship inside this wheel; its own dependencies (opencv, ...) are not
+	# needed to read the .onnx files, so they are not installed.
+	$(PY) -m pip install -q --no-deps rapidocr-onnxruntime==1.4.4
 	touch $@
 
 # The C runtime (libkiln_runtime.so/.a) and the Python extension built from the same sources.

@@ -1,0 +1,92 @@
+"""ONNX models (ResNet-18, MobileNetV2, a GPT-2-style decoder; seeded random weights, exported
+from PyTorch at opset 17 by tests/onnx_models/onnx_model_zoo.py) through ``kiln compile`` and
+Kiln's VM, against onnxruntime (CPU, all graph optimisations, the same intra-op thread count)
+in the same process.
+
+- ``compile_s``: import + bind + "default" pipeline + codegen/link, with a cold build cache, as
+  timed by the ``kiln compile`` steps (Python start-up and imports not included);
+- ``compile_peak_mb``: peak resident memory (VmHWM) of that ``kiln compile`` process, everything
+  included (interpreter, numpy, onnx, LLVM, the weights);
+- ``kiln_ms`` / ``ort_ms``: best-of-``repeat`` latency of one inference (batch 1), threads 1 and 2;
+- after the table: the per-kernel profile of ResNet-18 (``vm.profile``), top kernels by time.
+"""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+import kiln
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "onnx_models"))
+
+import onnx_model_zoo as zoo  # noqa: E402
+
+MODELS = ("resnet18", "mobilenet_v2", "gpt2")
+
+
+_CHILD = """import sys
+from kiln.cli import main
+rc = main(sys.argv[1:])
+with open("/proc/self/status") as f:
+    hwm = [line.split()[1] for line in f if line.startswith("VmHWM:")]
+print(f"peak_kib {hwm[0] if hwm else -1}", file=sys.stderr)
+sys.exit(rc)
+"""
+
+
+def compile_child(model_path: str, lib_path: str, cache_dir: str) -> tuple:
+    """Runs ``kiln compile`` in a child process with a cold cache; returns (seconds of its compile
+    steps, the child's peak RSS in MiB). The peak is VmHWM from /proc (Linux), read by the child
+    itself: ``ru_maxrss`` of a child also counts the parent's RSS at fork, so it is useless here."""
+    cmd = [sys.executable, "-c", _CHILD, "compile", model_path, "-o", lib_path, "--cache-dir", cache_dir]
+    proc = subprocess.run(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"kiln compile {model_path} failed:\n{proc.stderr}")
+    steps = [float(s) for s in re.findall(r"done \(([0-9.]+) s\)", proc.stderr)]
+    peak = re.search(r"peak_kib (-?\d+)", proc.stderr)
+    peak_mb = int(peak.group(1)) / 1024 if peak and int(peak.group(1)) >= 0 else float("nan")
+    return sum(steps[1:]), peak_mb   # steps[0] reads the file
+
+
+def run(names=MODELS, threads=(1, 2), repeat: int = 10, profile_top: int = 10) -> list[dict]:
+    from harness import time_best
+
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in names:
+            path = zoo.export(name, os.path.join(tmp, f"{name}.onnx"))
+            lib = os.path.join(tmp, f"{name}.so")
+            compile_s, peak_mb = compile_child(path, lib, os.path.join(tmp, f"cache-{name}"))
+            vm = kiln.VirtualMachine(lib, kiln.cpu())
+            inputs = zoo.example_inputs(name)
+            args = [kiln.nd.array(v) for v in inputs.values()]
+            f = vm["main"]
+            got = f(*args).numpy()
+            want = zoo.ort_session(path).run(None, inputs)[0]
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+            for t in threads:
+                kiln.set_num_threads(t)
+                sess = zoo.ort_session(path, threads=t)
+                t_kiln = time_best(lambda: f(*args), repeat)
+                t_ort = time_best(lambda: sess.run(None, inputs), repeat)
+                rows.append({"model": name, "threads": t, "compile_s": compile_s,
+                             "compile_peak_mb": peak_mb, "kiln_ms": t_kiln * 1e3, "ort_ms": t_ort * 1e3,
+                             "kiln_vs_ort": t_ort / t_kiln})
+            if name == "resnet18":
+                kiln.set_num_threads(threads[-1])
+                report = vm.profile("main", *args)
+                rows_k = sorted((r for r in report.rows if r.kind == "kernel"), key=lambda r: -r.total_us)
+                print(f"# ResNet-18 per-kernel profile ({threads[-1]} threads, one run, "
+                      f"total {report.total_us / 1e3:.1f} ms), top {profile_top}:")
+                for r in rows_k[:profile_top]:
+                    print(f"#   {r.name:<32} {r.calls:>3} calls {r.total_us / 1e3:8.2f} ms "
+                          f"{100 * r.total_us / report.total_us:5.1f}%")
+            del vm, f
+    kiln.set_num_threads(0)
+    return rows

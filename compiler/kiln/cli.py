@@ -1,0 +1,349 @@
+"""The ``kiln`` command line: compile an ONNX model into one shared library, and inspect, run or
+time a compiled library.
+
+    kiln compile model.onnx -o model.so [--target llvm] [--pipeline default] [--shape x=1,3,224,224]
+    kiln inspect model.so [--disassemble]
+    kiln run model.so --input x=x.npy [--output y.npy]      (or --random for seeded inputs)
+    kiln bench model.so [--threads 1] [--repeat 20] [--profile]
+
+Results go to stdout, progress of the long steps to stderr. Exit status: 0 on success, 1 when
+the work failed (the message names what: the ONNX node, the input, the file), 2 on a usage
+error.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import time
+from typing import Dict, List, Optional, Sequence
+
+
+class CLIError(Exception):
+    """A failure reported as ``kiln <command>: error: <message>`` with exit status 1."""
+
+
+# ---- helpers ---------------------------------------------------------------------------------
+def _progress(quiet: bool):
+    """``step(msg)``: a context manager printing ``msg ...`` and then the time it took, on stderr."""
+    @contextlib.contextmanager
+    def step(msg: str):
+        if not quiet:
+            print(f"kiln: {msg} ...", end="", file=sys.stderr, flush=True)
+        t0 = time.perf_counter()
+        try:
+            yield
+        except BaseException:
+            if not quiet:
+                print(" failed", file=sys.stderr, flush=True)
+            raise
+        if not quiet:
+            print(f" done ({time.perf_counter() - t0:.1f} s)", file=sys.stderr, flush=True)
+    return step
+
+
+def _parse_shape(text: str) -> tuple:
+    """``name=1,3,224,224`` -> ``("name", (1, 3, 224, 224))``."""
+    name, sep, dims = text.rpartition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"expected NAME=D0,D1,... (e.g. x=1,3,224,224), got {text!r}")
+    try:
+        shape = tuple(int(d) for d in dims.replace("x", ",").split(",") if d.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"dimensions of {name!r} must be integers, got {dims!r}") from None
+    if any(d < 0 for d in shape):
+        raise argparse.ArgumentTypeError(f"dimensions of {name!r} must be >= 0, got {dims!r}")
+    return name, shape
+
+
+def _parse_input(text: str) -> tuple:
+    """``name=file.npy`` -> ``("name", "file.npy")``."""
+    name, sep, path = text.partition("=")
+    if not sep or not name or not path:
+        raise argparse.ArgumentTypeError(f"expected NAME=FILE.npy, got {text!r}")
+    return name, path
+
+
+def _fmt_bytes(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n} B" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n} B"
+
+
+def _fmt_shape(shape) -> str:
+    return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def _check_library(path: str):
+    """The ``ExecutableSpec`` of the compiled library at ``path``, or a CLIError saying why not."""
+    from .executable import FormatError, load_spec
+    if not os.path.isfile(path):
+        raise CLIError(f"{path}: no such file")
+    try:
+        return load_spec(os.path.abspath(path))
+    except OSError as e:
+        raise CLIError(f"{path}: cannot load as a shared library: {e}") from None
+    except (ValueError, FormatError) as e:
+        raise CLIError(f"{path}: {e}") from None
+
+
+def _function(spec, name: Optional[str]):
+    names = [f.name for f in spec.functions]
+    if name is None:
+        if len(names) != 1:
+            raise CLIError(f"the library has functions {names}; pick one with --function")
+        return spec.functions[0]
+    if name not in names:
+        raise CLIError(f"no function {name!r}; the library has {names}")
+    return spec.function(name)
+
+
+def _inputs(fn, given: Dict[str, str], random: bool, seed: int, shapes: Dict[str, tuple]) -> List:
+    """The arguments of graph function ``fn``: arrays loaded from .npy files, or seeded random
+    ones (``--random``) with symbolic dims taken from ``--shape``."""
+    import numpy as np
+    unknown = set(given) - {p.name for p in fn.params}
+    if unknown:
+        raise CLIError(f"{fn.name} has no input(s) {sorted(unknown)}; its inputs are "
+                       f"{[p.name for p in fn.params]}")
+    rng = np.random.default_rng(seed)
+    args = []
+    for p in fn.params:
+        if p.name in given:
+            try:
+                a = np.load(given[p.name], allow_pickle=False)
+            except (OSError, ValueError) as e:
+                raise CLIError(f"input {p.name!r}: cannot read {given[p.name]!r}: {e}") from None
+            args.append(a)
+            continue
+        if not random:
+            raise CLIError(f"input {p.name!r} ({p.dtype}{_fmt_shape(p.shape)}) is not given; pass "
+                           f"--input {p.name}=FILE.npy or --random")
+        shape = shapes.get(p.name)
+        if shape is None:
+            if any(isinstance(d, str) for d in p.shape):
+                raise CLIError(f"input {p.name!r} has symbolic shape {_fmt_shape(p.shape)}; pin it "
+                               f"with --shape {p.name}=D0,D1,...")
+            shape = tuple(p.shape)
+        if p.dtype.startswith("float"):
+            a = rng.standard_normal(shape).astype(p.dtype)
+        elif p.dtype == "bool":
+            a = rng.integers(0, 2, size=shape).astype(bool)
+        else:
+            a = rng.integers(0, 2, size=shape).astype(p.dtype)
+        args.append(a)
+    return args
+
+
+def _vm(path: str):
+    import kiln
+    return kiln.VirtualMachine(os.path.abspath(path), kiln.cpu())
+
+
+# ---- commands --------------------------------------------------------------------------------
+def cmd_compile(args) -> int:
+    import kiln
+    from .codegen import BuildOptions
+    step = _progress(args.quiet)
+    if not os.path.isfile(args.model):
+        raise CLIError(f"{args.model}: no such file")
+    if not args.model.endswith(".onnx"):
+        raise CLIError(f"{args.model}: only ONNX models (.onnx) can be compiled from the command line")
+    out = args.output or os.path.splitext(os.path.basename(args.model))[0] + ".so"
+    import onnx
+    from .frontend.onnx.common import ONNXImportError
+    with step(f"loading {args.model}"):
+        try:
+            model = onnx.load(args.model)
+        except Exception as e:  # protobuf's DecodeError and friends
+            raise CLIError(f"{args.model}: not a readable ONNX model: {e}") from None
+    shapes = dict(args.shape or [])
+    with step("importing"):
+        try:
+            mod, params = kiln.frontend.from_onnx(model, shape_dict=shapes or None)
+        except ONNXImportError as e:
+            raise CLIError(f"{args.model}: {e}") from None
+    with step(f"binding {len(params)} weights"):
+        mod = kiln.transform.bind_params("main", params)(mod)
+    with step(f"running pipeline {args.pipeline!r}"):
+        try:
+            pipeline = kiln.get_pipeline(args.pipeline)
+        except ValueError as e:
+            raise CLIError(str(e)) from None
+        mod = pipeline(mod)
+    options = BuildOptions(cache_dir=args.cache_dir) if args.cache_dir else None
+    with step(f"compiling for {args.target!r}"):
+        try:
+            ex = kiln.compile(mod, target=args.target, options=options)
+        except Exception as e:
+            if type(e).__name__ == "CodegenError":
+                raise CLIError(str(e)) from None
+            raise
+    ex.export_library(out)
+    s = ex.stats
+    print(f"wrote {out}: {s.num_kernels} kernels, constants {_fmt_bytes(s.constant_bytes)}, "
+          f"arena {_fmt_bytes(s.arena_size)}, target {ex.target!r}")
+    return 0
+
+
+def cmd_inspect(args) -> int:
+    from .executable.format import dtype_nbytes
+    spec = _check_library(args.library)
+    const_bytes = sum(c.nbytes for c in spec.constants)
+    print(f"library:   {args.library} ({_fmt_bytes(os.path.getsize(args.library))})")
+    print(f"target:    {spec.target}")
+    print(f"constants: {len(spec.constants)} ({_fmt_bytes(const_bytes)})")
+    print(f"arena:     {_fmt_bytes(sum(f.arena_size for f in spec.functions))}")
+    print(f"functions: {len(spec.functions)}")
+    for f in spec.functions:
+        print(f"  {f.name}: arena {_fmt_bytes(f.arena_size)}, {f.num_registers} registers, "
+              f"{len(f.code)} instructions")
+        for i, p in enumerate(f.params):
+            nbytes = ""
+            if all(isinstance(d, int) for d in p.shape):
+                n = dtype_nbytes(p.dtype)
+                for d in p.shape:
+                    n *= d
+                nbytes = f"  ({_fmt_bytes(n)})"
+            print(f"    input {i}: {p.name}  {p.dtype}{_fmt_shape(p.shape)}{nbytes}")
+    print(f"kernels:   {len(spec.kernels)}")
+    for k in spec.kernels:
+        print(f"  {k}")
+    if spec.externs:
+        print(f"externs:   {len(spec.externs)}")
+        for e in spec.externs:
+            print(f"  {e}")
+    if args.disassemble:
+        from .executable.format import disassemble
+        print(disassemble(spec))
+    return 0
+
+
+def cmd_run(args) -> int:
+    import numpy as np
+    spec = _check_library(args.library)
+    fn = _function(spec, args.function)
+    inputs = _inputs(fn, dict(args.input or []), args.random, args.seed, dict(args.shape or []))
+    import kiln
+    vm = _vm(args.library)
+    try:
+        out = vm[fn.name](*inputs)
+    except kiln.KilnError as e:
+        raise CLIError(str(e)) from None
+    outs = [o.numpy() for o in (out if isinstance(out, tuple) else (out,))]
+    for i, o in enumerate(outs):
+        flat = o.reshape(-1)
+        head = np.array2string(flat[:8], precision=5, separator=", ")
+        print(f"output {i}: {o.dtype}{_fmt_shape(o.shape)} {head}{' ...' if flat.size > 8 else ''}")
+    if args.output:
+        if len(outs) == 1:
+            np.save(args.output, outs[0])
+        else:
+            np.savez(args.output, *outs)
+        print(f"wrote {args.output}")
+    return 0
+
+
+def cmd_bench(args) -> int:
+    import kiln
+    spec = _check_library(args.library)
+    fn = _function(spec, args.function)
+    inputs = _inputs(fn, dict(args.input or []), True, args.seed, dict(args.shape or []))
+    vm = _vm(args.library)
+    kiln.set_num_threads(args.threads)
+    f = vm[fn.name]
+    try:
+        for _ in range(args.warmup):
+            f(*inputs)
+        times = []
+        for _ in range(args.repeat):
+            t0 = time.perf_counter()
+            f(*inputs)
+            times.append(time.perf_counter() - t0)
+    except kiln.KilnError as e:
+        raise CLIError(str(e)) from None
+    times.sort()
+    print(f"{fn.name}: best {times[0] * 1e3:.3f} ms, median {times[len(times) // 2] * 1e3:.3f} ms "
+          f"over {args.repeat} runs, {kiln.get_num_threads()} thread(s)")
+    if args.profile:
+        print(vm.profile(fn.name, *inputs))
+    return 0
+
+
+# ---- parser ----------------------------------------------------------------------------------
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="kiln", description="Kiln: compile ONNX models ahead of time "
+                                "into one shared library; inspect, run and time the result.")
+    p.add_argument("--version", action="version", version=f"kiln {_version()}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.required = True
+
+    c = sub.add_parser("compile", help="compile an ONNX model into a shared library",
+                       description="Import an ONNX model, bind its weights, run a pipeline and "
+                       "compile it into one shared library (kernels, bytecode and weights).")
+    c.add_argument("model", help="the .onnx file")
+    c.add_argument("-o", "--output", help="the library to write (default: MODEL.so in the current directory)")
+    c.add_argument("--target", default="llvm", help="code generation target (default: llvm, the host CPU; "
+                   "e.g. 'llvm -mcpu=skylake-avx512')")
+    c.add_argument("--pipeline", default="default", help="graph pipeline: default or zero (default: default)")
+    c.add_argument("--shape", type=_parse_shape, action="append", metavar="NAME=D0,D1,...",
+                   help="pin the shape of graph input NAME (repeatable)")
+    c.add_argument("--cache-dir", help="build cache directory (default: Kiln's user cache)")
+    c.add_argument("-q", "--quiet", action="store_true", help="no progress messages on stderr")
+    c.set_defaults(func=cmd_compile)
+
+    i = sub.add_parser("inspect", help="describe a compiled library",
+                       description="Print the functions (inputs: name, shape, dtype), kernels, "
+                       "arena size, target and constants of a compiled library.")
+    i.add_argument("library", help="a library written by 'kiln compile' or Executable.export_library")
+    i.add_argument("--disassemble", action="store_true", help="also print the bytecode")
+    i.set_defaults(func=cmd_inspect)
+
+    def common_run(sp):
+        sp.add_argument("library", help="a compiled library (.so)")
+        sp.add_argument("--function", help="graph function to call (default: the only one)")
+        sp.add_argument("--input", type=_parse_input, action="append", metavar="NAME=FILE.npy",
+                        help="an input from a .npy file (repeatable)")
+        sp.add_argument("--shape", type=_parse_shape, action="append", metavar="NAME=D0,D1,...",
+                        help="shape of a random input whose shape is symbolic")
+        sp.add_argument("--seed", type=int, default=0, help="seed for random inputs (default 0)")
+
+    r = sub.add_parser("run", help="run a compiled library on inputs from .npy files")
+    common_run(r)
+    r.add_argument("--random", action="store_true", help="seeded random values for inputs not given")
+    r.add_argument("-o", "--output", help="write the output to this .npy (.npz for several outputs)")
+    r.set_defaults(func=cmd_run)
+
+    b = sub.add_parser("bench", help="time a compiled library (random inputs unless given)")
+    common_run(b)
+    b.add_argument("--threads", type=int, default=0, help="runtime threads (default 0: one per core)")
+    b.add_argument("--repeat", type=int, default=20, help="timed runs (default 20)")
+    b.add_argument("--warmup", type=int, default=2, help="untimed runs first (default 2)")
+    b.add_argument("--profile", action="store_true", help="also print the per-kernel profile of one run")
+    b.set_defaults(func=cmd_bench)
+    return p
+
+
+def _version() -> str:
+    from . import __version__
+    return __version__
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return args.func(args)
+    except CLIError as e:
+        print(f"kiln {args.command}: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print(f"kiln {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,132 @@
+"""An ``onnx.backend`` backend running Kiln-compiled code (used by the ONNX backend node tests).
+
+``prepare(model)`` imports the model with ``from_onnx``, binds its initializers, compiles it
+with a Kiln pipeline (``"default"``) for ``llvm`` and returns a rep whose ``run(inputs)`` calls
+the VM.
+
+Ahead-of-time compilation needs some values at compile time (Reshape's shape, Reduce's axes,
+TopK's K...). When a model feeds such a value as a graph *input* (common in the node tests),
+``prepare`` cannot compile yet: the rep compiles at ``run`` time with those inputs' values
+bound as initializers (specialisation), caching one executable per set of values. All the
+other inputs stay runtime arguments of the compiled function.
+"""
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+from onnx import numpy_helper
+from onnx.backend.base import Backend, BackendRep
+
+from .common import ONNXImportError
+from .importer import from_onnx
+
+PIPELINE = "default"
+
+
+def _to_numpy(v):
+    if isinstance(v, np.ndarray):
+        return v
+    if hasattr(v, "numpy"):
+        return v.numpy()
+    return np.asarray(v)
+
+
+def _compile(model, pipeline):
+    import kiln
+    mod, params = from_onnx(model)
+    if params:
+        mod = kiln.transform.bind_params("main", params)(mod)
+    ex = kiln.compile(kiln.get_pipeline(pipeline)(mod), "llvm")
+    return kiln.VirtualMachine(ex, kiln.cpu())
+
+
+def _input_names(model):
+    inits = {t.name for t in model.graph.initializer}
+    return [i.name for i in model.graph.input if i.name not in inits]
+
+
+def _freeze(model, values):
+    """A copy of ``model`` with the graph inputs in ``values`` turned into initializers."""
+    m = copy.deepcopy(model)
+    keep = [i for i in m.graph.input if i.name not in values]
+    del m.graph.input[:]
+    m.graph.input.extend(keep)
+    for name, v in values.items():
+        m.graph.initializer.append(numpy_helper.from_array(np.asarray(v), name))
+    return m
+
+
+class KilnRep(BackendRep):
+    def __init__(self, model, pipeline, vm=None, frozen=()):
+        self.model = model
+        self.pipeline = pipeline
+        self.names = _input_names(model)
+        self.frozen = list(frozen)       # inputs that must be known at compile time
+        self._cache = {}
+        if vm is not None:
+            self._cache[()] = vm
+
+    def _vm_for(self, feeds):
+        while True:
+            key = tuple((n, feeds[n].dtype.str, feeds[n].shape, feeds[n].tobytes()) for n in self.frozen)
+            if key in self._cache:
+                return self._cache[key]
+            try:
+                vm = _compile(_freeze(self.model, {n: feeds[n] for n in self.frozen}), self.pipeline)
+            except ONNXImportError as e:
+                if e.needs_constant and e.needs_constant in feeds and e.needs_constant not in self.frozen:
+                    self.frozen.append(e.needs_constant)
+                    continue
+                more = [n for n in self.names if n not in self.frozen and feeds[n].dtype.kind in "iub"]
+                if "must be a constant" in str(e) and more:
+                    # the value comes from a computation over inputs: fix the integer inputs
+                    self.frozen.extend(more)
+                    continue
+                raise
+            self._cache[key] = vm
+            return vm
+
+    def run(self, inputs, **kwargs):
+        if isinstance(inputs, dict):
+            feeds = {k: np.asarray(v) for k, v in inputs.items()}
+        else:
+            if not isinstance(inputs, (list, tuple)):
+                inputs = [inputs]
+            feeds = {n: np.asarray(v) for n, v in zip(self.names, inputs)}
+        vm = self._vm_for(feeds)
+        args = [np.require(feeds[n], requirements="C") for n in self.names if n not in self.frozen]
+        out = vm["main"](*args)
+        if isinstance(out, (list, tuple)):
+            return tuple(_to_numpy(o) for o in out)
+        return (_to_numpy(out),)
+
+
+class KilnBackend(Backend):
+    @classmethod
+    def prepare(cls, model, device="CPU", **kwargs):
+        super().prepare(model, device, **kwargs)
+        pipeline = kwargs.get("pipeline", PIPELINE)
+        try:
+            vm = _compile(model, pipeline)
+        except ONNXImportError as e:
+            if e.needs_constant and e.needs_constant in _input_names(model):
+                return KilnRep(model, pipeline, frozen=[e.needs_constant])
+            if "must be a constant" in str(e):
+                return KilnRep(model, pipeline)  # find the inputs to fix at run time
+            raise
+        return KilnRep(model, pipeline, vm)
+
+    @classmethod
+    def run_model(cls, model, inputs, device="CPU", **kwargs):
+        return cls.prepare(model, device, **kwargs).run(inputs)
+
+    @classmethod
+    def supports_device(cls, device):
+        return device == "CPU"
+
+
+prepare = KilnBackend.prepare
+run_model = KilnBackend.run_model
+supports_device = KilnBackend.supports_device
+backend = KilnBackend

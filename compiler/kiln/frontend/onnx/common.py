@@ -1,0 +1,161 @@
+"""The converter table and the import context shared by the op-family modules.
+
+A converter is ``fn(ctx, node, inputs, attrs) -> output expr or list of them``; ``inputs`` are
+graph expressions (``None`` for an omitted optional input), ``attrs`` a dict of python values.
+``@converter("Conv", since=11)`` registers one; the importer picks, for a model's opset, the
+converter with the greatest ``since`` not above it (opset-version awareness).
+"""
+from __future__ import annotations
+
+from typing import Callable, Dict, List, Optional, Tuple
+
+import numpy as np
+
+from ...ir.graph import Constant, GraphExpr, GraphVar, TensorType, TupleGetItem, TupleType
+from ...ir.expr import IntImm
+from ... import ops as kops
+
+
+class ONNXImportError(ValueError):
+    """An ONNX model Kiln cannot import; the message names the node, its op type and opset.
+    ``needs_constant`` names a graph input whose value the import would need at compile time
+    (a shape, axes, K...), or is None."""
+    needs_constant = None
+
+
+class Unsupported(Exception):
+    """Raised by converters for something they do not support; the importer adds the node."""
+
+    def __init__(self, msg, needs_constant=None):
+        super().__init__(msg)
+        self.needs_constant = needs_constant  # a graph input whose value would have to be known
+
+
+_TABLE: Dict[str, List[Tuple[int, Callable]]] = {}
+
+
+def converter(*op_types: str, since: int = 1):
+    def deco(fn):
+        for op in op_types:
+            _TABLE.setdefault(op, []).append((since, fn))
+            _TABLE[op].sort(key=lambda t: t[0])
+        return fn
+    return deco
+
+
+def lookup(op_type: str, opset: int) -> Optional[Callable]:
+    best = None
+    for since, fn in _TABLE.get(op_type, ()):
+        if since <= opset:
+            best = fn
+    return best
+
+
+def supported_ops() -> List[str]:
+    return sorted(_TABLE)
+
+
+class Ctx:
+    """What converters see: the builder wrapper with constant folding."""
+
+    def __init__(self, fb, known: Dict[GraphVar, np.ndarray], opset: int):
+        self.fb = fb
+        self.known = known
+        self.opset = opset
+        self.used = set()
+
+    # -- values known at import time ----------------------------------------------------
+    def value(self, e: Optional[GraphExpr]) -> Optional[np.ndarray]:
+        if e is None:
+            return None
+        if isinstance(e, Constant):
+            return np.asarray(e.data)
+        if isinstance(e, GraphVar) and e in self.known:
+            return self.known[e]
+        return None
+
+    def need_value(self, e, what: str) -> np.ndarray:
+        v = self.value(e)
+        if v is None:
+            raise Unsupported(f"{what} must be a constant (an initializer, a Constant or a "
+                              f"foldable shape computation)",
+                              needs_constant=e.name if isinstance(e, GraphVar) else None)
+        return v
+
+    def const(self, arr, dtype=None) -> Constant:
+        arr = np.asarray(arr, dtype=dtype)
+        return Constant(arr)
+
+    # -- building -----------------------------------------------------------------------
+    def op(self, name: str, *args: GraphExpr, **attrs) -> GraphExpr:
+        """``kiln.ops.call`` then bind; folds to a Constant when every input is known."""
+        vals = [self.value(a) for a in args]
+        if all(v is not None for v in vals):
+            ref = kops.get(name).reference
+            out = ref(*[np.asarray(v) for v in vals], **attrs)
+            call = kops.call(name, *[Constant(v) for v in vals], **attrs)  # type check
+            if isinstance(out, tuple):
+                return tuple(Constant(np.asarray(o, dtype=t.dtype)) for o, t in zip(out, call.ty.fields))
+            return Constant(np.asarray(out, dtype=call.ty.dtype).reshape(
+                [int(s.value) for s in call.ty.shape]))
+        for a in args:
+            if isinstance(a, GraphVar):
+                self.used.add(a)
+        call = kops.call(name, *args, **attrs)
+        var = self.fb.emit(call)
+        if isinstance(call.ty, TupleType):
+            return tuple(self.fb.emit(TupleGetItem(var, i)) for i in range(len(call.ty.fields)))
+        return var
+
+
+# ---- helpers ------------------------------------------------------------------------------
+def shape_of(e: GraphExpr):
+    return e.ty.shape
+
+
+def static_shape(e: GraphExpr, what="input"):
+    s = e.ty.static_shape()
+    if s is None:
+        raise Unsupported(f"{what} needs a static shape, got {fmt_shape(e.ty.shape)}")
+    return s
+
+
+def fmt_shape(shape):
+    return "(" + ", ".join(str(s.value) if isinstance(s, IntImm) else str(getattr(s, "name", s))
+                           for s in shape) + ")"
+
+
+def dim(s):
+    """A PrimExpr dim as int if static, else the expression."""
+    return int(s.value) if isinstance(s, IntImm) else s
+
+
+def ndim(e: GraphExpr) -> int:
+    return len(e.ty.shape)
+
+
+def dtype(e: GraphExpr) -> str:
+    return e.ty.dtype
+
+
+ONNX_DTYPES = {1: "float32", 2: "uint8", 3: "int8", 5: "int16", 6: "int32", 7: "int64",
+               9: "bool", 10: "float16", 11: "float64"}
+
+
+def kiln_dtype(elem_type: int, what="") -> str:
+    try:
+        return ONNX_DTYPES[elem_type]
+    except KeyError:
+        import onnx
+        name = onnx.TensorProto.DataType.Name(elem_type) if elem_type in onnx.TensorProto.DataType.values() else elem_type
+        raise Unsupported(f"{what}dtype {name} is not supported (Kiln has "
+                          f"{', '.join(sorted(set(ONNX_DTYPES.values())))})") from None
+
+
+def scalar_like(ctx: Ctx, v, like: GraphExpr) -> Constant:
+    from ...ir import dtype as dt
+    return Constant(np.asarray(v, dtype=dt.to_numpy(like.ty.dtype)))
+
+
+def norm_axis(a: int, n: int) -> int:
+    return a + n if a < 0 else a

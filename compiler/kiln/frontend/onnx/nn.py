@@ -1,0 +1,425 @@
+"""Convolution, pooling, dense, normalisation, softmax, resize."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .common import Unsupported, converter, dim, dtype, ndim, norm_axis, scalar_like, static_shape
+
+
+def _same_pads(in_sizes, kernel, strides, dilations, mode):
+    begins, ends = [], []
+    for i, k, s, d in zip(in_sizes, kernel, strides, dilations):
+        if not isinstance(i, int):
+            raise Unsupported(f"auto_pad={mode} needs static spatial dims")
+        out = -(-i // s)
+        total = max(0, (out - 1) * s + (k - 1) * d + 1 - i)
+        small, big = total // 2, total - total // 2
+        if mode == "SAME_UPPER":
+            begins.append(small); ends.append(big)
+        else:
+            begins.append(big); ends.append(small)
+    return begins + ends
+
+
+def _pads(attrs, x, kernel, strides, dilations, nsp):
+    auto = attrs.get("auto_pad", "NOTSET")
+    if auto in ("NOTSET", ""):
+        return list(attrs.get("pads", [0] * (2 * nsp)))
+    if auto == "VALID":
+        return [0] * (2 * nsp)
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        sizes = [dim(s) for s in x.ty.shape[2:]]
+        return _same_pads(sizes, kernel, strides, dilations, auto)
+    raise Unsupported(f"auto_pad={auto} is not supported")
+
+
+@converter("Conv", since=1)
+def conv(ctx, node, ins, attrs):
+    x, w = ins[0], ins[1]
+    b = ins[2] if len(ins) > 2 else None
+    nd = ndim(x)
+    nsp = nd - 2
+    if nsp not in (1, 2):
+        raise Unsupported(f"{nsp}-D convolution is not supported (1-D and 2-D are)")
+    kernel = attrs.get("kernel_shape") or [dim(s) for s in w.ty.shape[2:]]
+    strides = list(attrs.get("strides", [1] * nsp))
+    dil = list(attrs.get("dilations", [1] * nsp))
+    pads = _pads(attrs, x, kernel, strides, dil, nsp)
+    groups = attrs.get("group", 1)
+    if nsp == 2:
+        y = ctx.op("conv2d", x, w, strides=tuple(strides), padding=tuple(pads),
+                   dilation=tuple(dil), groups=groups)
+    else:
+        y = ctx.op("conv1d", x, w, strides=tuple(strides), padding=tuple(pads),
+                   dilation=tuple(dil), groups=groups)
+    if b is not None:
+        bb = ctx.op("reshape", b, shape=(1, -1) + (1,) * nsp)
+        y = ctx.op("add", y, bb)
+    return y
+
+
+@converter("ConvTranspose", since=1)
+def conv_transpose(ctx, node, ins, attrs):
+    # y = conv(zero-dilate(x, strides) padded by d*(k-1) - pads, flip(w) with in/out swapped)
+    x, w = ins[0], ins[1]
+    b = ins[2] if len(ins) > 2 else None
+    nsp = ndim(x) - 2
+    if nsp not in (1, 2):
+        raise Unsupported(f"{nsp}-D ConvTranspose is not supported (1-D and 2-D are)")
+    if nsp == 1:
+        x = ctx.op("expand_dims", x, axis=2)
+        w = ctx.op("expand_dims", w, axis=2)
+        one = lambda key, d: [d] + list(attrs[key]) if key in attrs else None
+        attrs = dict(attrs)
+        for key, d in (("strides", 1), ("dilations", 1), ("output_padding", 0), ("kernel_shape", 1)):
+            if key in attrs:
+                attrs[key] = one(key, d)
+        if "pads" in attrs:
+            attrs["pads"] = [0, attrs["pads"][0], 0, attrs["pads"][1]]
+        if attrs.get("output_shape") is not None:
+            attrs["output_shape"] = [1] + list(attrs["output_shape"])[-1:]
+    groups = attrs.get("group", 1)
+    N, C, H, W = [dim(s) for s in x.ty.shape]
+    Cw, Og, kh, kw = static_shape(w, "the weight")
+    if not isinstance(H, int) or not isinstance(W, int):
+        raise Unsupported("ConvTranspose needs static spatial dims")
+    strides = list(attrs.get("strides", [1, 1]))
+    dil = list(attrs.get("dilations", [1, 1]))
+    opad = list(attrs.get("output_padding", [0, 0]))
+    ks = [(kh - 1) * dil[0] + 1, (kw - 1) * dil[1] + 1]
+    auto = attrs.get("auto_pad", "NOTSET")
+    out_shape = attrs.get("output_shape")
+    if out_shape is not None or auto in ("SAME_UPPER", "SAME_LOWER"):
+        if out_shape is None:
+            out_shape = [H * strides[0], W * strides[1]]
+        out_shape = list(out_shape)[-2:]
+        pads = [0, 0, 0, 0]
+        for i, n_in in enumerate((H, W)):
+            total = strides[i] * (n_in - 1) + opad[i] + ks[i] - out_shape[i]
+            if auto != "SAME_UPPER":  # SAME_LOWER, and NOTSET with output_shape (ONNX spec)
+                pads[i], pads[i + 2] = total - total // 2, total // 2
+            else:
+                pads[i], pads[i + 2] = total // 2, total - total // 2
+    elif auto == "VALID":
+        pads = [0, 0, 0, 0]
+    elif auto in ("NOTSET", ""):
+        pads = list(attrs.get("pads", [0, 0, 0, 0]))
+    else:
+        raise Unsupported(f"auto_pad={auto} is not supported")
+    s0, s1 = strides
+    t = x
+    if s0 > 1 or s1 > 1:
+        t = ctx.op("reshape", x, shape=(N, C, H, 1, W, 1))
+        t = ctx.op("pad", t, pad_width=((0, 0), (0, 0), (0, 0), (0, s0 - 1), (0, 0), (0, s1 - 1)))
+        t = ctx.op("reshape", t, shape=(N, C, H * s0, W * s1))
+        t = ctx.op("strided_slice", t, begin=(0, 0), end=((H - 1) * s0 + 1, (W - 1) * s1 + 1), axes=(2, 3))
+    eh, ew = ks[0] - 1, ks[1] - 1
+    pw = ((0, 0), (0, 0), (eh - pads[0], eh - pads[2] + opad[0]), (ew - pads[1], ew - pads[3] + opad[1]))
+    t = ctx.op("pad", t, pad_width=pw)
+    # weight (C, O/g, kh, kw) -> (O, C/g, kh, kw), spatially flipped
+    wf = ctx.op("strided_slice", w, begin=(-1, -1), end=(-(2 ** 63), -(2 ** 63)), strides=(-1, -1), axes=(2, 3))
+    g = groups
+    wf = ctx.op("reshape", wf, shape=(g, Cw // g, Og, kh, kw))
+    wf = ctx.op("permute_dims", wf, axes=(0, 2, 1, 3, 4))
+    wf = ctx.op("reshape", wf, shape=(g * Og, Cw // g, kh, kw))
+    y = ctx.op("conv2d", t, wf, dilation=tuple(dil), groups=g)
+    if b is not None:
+        y = ctx.op("add", y, ctx.op("reshape", b, shape=(1, -1, 1, 1)))
+    if nsp == 1:
+        y = ctx.op("squeeze", y, axis=(2,))
+    return y
+
+
+@converter("Gemm", since=1)
+def gemm(ctx, node, ins, attrs):
+    a, b = ins[0], ins[1]
+    c = ins[2] if len(ins) > 2 else None
+    alpha, beta = attrs.get("alpha", 1.0), attrs.get("beta", 1.0)
+    if attrs.get("transA", 0):
+        a = ctx.op("permute_dims", a, axes=(1, 0))
+    if attrs.get("transB", 0):
+        y = ctx.op("linear", a, b)
+    else:
+        y = ctx.op("matmul", a, b)
+    if alpha != 1.0:
+        y = ctx.op("multiply", y, scalar_like(ctx, alpha, y))
+    if c is not None:
+        if beta != 1.0:
+            c = ctx.op("multiply", c, scalar_like(ctx, beta, c))
+        y = ctx.op("add", y, c)
+    return y
+
+
+@converter("MatMul", since=1)
+def matmul(ctx, node, ins, attrs):
+    return ctx.op("matmul", ins[0], ins[1])
+
+
+@converter("BatchNormalization", since=1)
+def batch_norm(ctx, node, ins, attrs):
+    if attrs.get("training_mode", 0) or len([o for o in node.output if o]) > 1:
+        raise Unsupported("training mode (extra outputs) is not supported")
+    x, s, b, m, v = ins[:5]
+    return ctx.op("batch_norm", x, s, b, m, v, axis=1, eps=attrs.get("epsilon", 1e-5))
+
+
+@converter("InstanceNormalization", since=1)
+def instance_norm(ctx, node, ins, attrs):
+    x, s, b = ins
+    c = dim(x.ty.shape[1])
+    return ctx.op("group_norm", x, s, b, num_groups=c, eps=attrs.get("epsilon", 1e-5))
+
+
+@converter("LayerNormalization", since=17)
+def layer_norm(ctx, node, ins, attrs):
+    x, scale = ins[0], ins[1]
+    b = ins[2] if len(ins) > 2 else None
+    n = ndim(x)
+    axis = norm_axis(attrs.get("axis", -1), n)
+    nshape = tuple(x.ty.shape[axis:])
+    if attrs.get("stash_type", 1) != 1:
+        raise Unsupported("stash_type other than float32 is not supported")
+    if tuple(scale.ty.shape) != nshape or len(scale.ty.shape) != n - axis:
+        scale = ctx.op("broadcast_to", scale, shape=tuple(dim(s) for s in nshape))
+    if b is None:
+        b = ctx.const(np.zeros([dim(s) for s in nshape], dtype=np.dtype(dtype(x))))
+    elif len(b.ty.shape) != n - axis:
+        b = ctx.op("broadcast_to", b, shape=tuple(dim(s) for s in nshape))
+    axes = tuple(range(axis, n))
+    eps = attrs.get("epsilon", 1e-5)
+    y = ctx.op("layer_norm", x, scale, b, axes=axes, eps=eps)
+    if len(node.output) == 1:
+        return y
+    m = ctx.op("mean", x, axis=axes, keepdims=True)
+    d = ctx.op("subtract", x, m)
+    var = ctx.op("mean", ctx.op("multiply", d, d), axis=axes, keepdims=True)
+    inv = ctx.op("rsqrt", ctx.op("add", var, scalar_like(ctx, eps, var)))
+    return [y, m, inv]
+
+
+@converter("RMSNormalization", since=23)
+def rms_norm(ctx, node, ins, attrs):
+    x, scale = ins[0], ins[1]
+    n = ndim(x)
+    axis = norm_axis(attrs.get("axis", -1), n)
+    nshape = tuple(dim(s) for s in x.ty.shape[axis:])
+    if attrs.get("stash_type", 1) != 1:
+        raise Unsupported("stash_type other than float32 is not supported")
+    if len(scale.ty.shape) != n - axis or tuple(dim(s) for s in scale.ty.shape) != nshape:
+        scale = ctx.op("broadcast_to", scale, shape=nshape)
+    return ctx.op("rms_norm", x, scale, axes=tuple(range(axis, n)), eps=attrs.get("epsilon", 1e-5))
+
+
+@converter("GroupNormalization", since=18)
+def group_norm(ctx, node, ins, attrs):
+    x, scale, b = ins
+    g = attrs["num_groups"]
+    c = dim(x.ty.shape[1])
+    if ctx.opset < 21 or dim(scale.ty.shape[0]) != c:
+        # opset 18: scale/bias per group -> per channel
+        scale = ctx.op("reshape", ctx.op("broadcast_to", ctx.op("reshape", scale, shape=(g, 1)), shape=(g, c // g)), shape=(c,))
+        b = ctx.op("reshape", ctx.op("broadcast_to", ctx.op("reshape", b, shape=(g, 1)), shape=(g, c // g)), shape=(c,))
+    return ctx.op("group_norm", x, scale, b, num_groups=g, eps=attrs.get("epsilon", 1e-5))
+
+
+@converter("MeanVarianceNormalization", since=1)
+def mvn(ctx, node, ins, attrs):
+    x = ins[0]
+    axes = tuple(attrs.get("axes", [0, 2, 3]))
+    m = ctx.op("mean", x, axis=axes, keepdims=True)
+    d = ctx.op("subtract", x, m)
+    var = ctx.op("mean", ctx.op("multiply", d, d), axis=axes, keepdims=True)
+    return ctx.op("divide", d, ctx.op("add", ctx.op("sqrt", var), scalar_like(ctx, 1e-9, var)))
+
+
+@converter("LpNormalization", since=1)
+def lp_norm(ctx, node, ins, attrs):
+    x = ins[0]
+    axis = attrs.get("axis", -1)
+    p = attrs.get("p", 2)
+    if p == 1:
+        nrm = ctx.op("sum", ctx.op("abs", x), axis=axis, keepdims=True)
+    elif p == 2:
+        nrm = ctx.op("sqrt", ctx.op("sum", ctx.op("multiply", x, x), axis=axis, keepdims=True))
+    else:
+        raise Unsupported(f"p={p} is not supported")
+    z = scalar_like(ctx, 0, x)
+    safe = ctx.op("where", ctx.op("equal", nrm, z), scalar_like(ctx, 1, x), nrm)
+    return ctx.op("divide", x, safe)
+
+
+def _pool1d_as_2d(fn):
+    def wrapped(ctx, node, ins, attrs):
+        x = ins[0]
+        if ndim(x) != 3:
+            return fn(ctx, node, ins, attrs)
+        a = dict(attrs)
+        for key, d in (("kernel_shape", 1), ("strides", 1), ("dilations", 1)):
+            if key in a:
+                a[key] = [d] + list(a[key])
+        if "pads" in a:
+            a["pads"] = [0, a["pads"][0], 0, a["pads"][1]]
+        y = fn(ctx, node, [ctx.op("expand_dims", x, axis=2)] + list(ins[1:]), a)
+        return ctx.op("squeeze", y, axis=(2,))
+    return wrapped
+
+
+def _pool_common(attrs, x, node):
+    if ndim(x) != 4:
+        raise Unsupported(f"only 2-D pooling (4-D input) is supported, got a {ndim(x)}-D input")
+    kernel = list(attrs["kernel_shape"])
+    strides = list(attrs.get("strides", [1, 1]))
+    dil = list(attrs.get("dilations", [1, 1]))
+    pads = _pads(attrs, x, kernel, strides, dil, 2)
+    return kernel, strides, dil, pads
+
+
+@converter("MaxPool", since=1)
+@_pool1d_as_2d
+def max_pool(ctx, node, ins, attrs):
+    if len([o for o in node.output if o]) > 1:
+        raise Unsupported("the Indices output is not supported")
+    x = ins[0]
+    kernel, strides, dil, pads = _pool_common(attrs, x, node)
+    return ctx.op("max_pool2d", x, pool_size=tuple(kernel), strides=tuple(strides),
+                  padding=tuple(pads), dilation=tuple(dil), ceil_mode=bool(attrs.get("ceil_mode", 0)))
+
+
+@converter("AveragePool", since=1)
+@_pool1d_as_2d
+def avg_pool(ctx, node, ins, attrs):
+    x = ins[0]
+    kernel, strides, dil, pads = _pool_common(attrs, x, node)
+    if dil != [1, 1]:
+        raise Unsupported("dilations are not supported for AveragePool")
+    return ctx.op("avg_pool2d", x, pool_size=tuple(kernel), strides=tuple(strides),
+                  padding=tuple(pads), ceil_mode=bool(attrs.get("ceil_mode", 0)),
+                  count_include_pad=bool(attrs.get("count_include_pad", 0)))
+
+
+@converter("LpPool", since=1)
+@_pool1d_as_2d
+def lp_pool(ctx, node, ins, attrs):
+    x = ins[0]
+    kernel, strides, dil, pads = _pool_common(attrs, x, node)
+    if dil != [1, 1]:
+        raise Unsupported("dilations are not supported for LpPool")
+    p = float(attrs.get("p", 2))
+    xp = ctx.op("power", ctx.op("abs", x), scalar_like(ctx, p, x))
+    m = ctx.op("avg_pool2d", xp, pool_size=tuple(kernel), strides=tuple(strides), padding=tuple(pads),
+               ceil_mode=bool(attrs.get("ceil_mode", 0)), count_include_pad=True)
+    s = ctx.op("multiply", m, scalar_like(ctx, kernel[0] * kernel[1], x))
+    return ctx.op("power", s, scalar_like(ctx, 1.0 / p, x))
+
+
+@converter("GlobalAveragePool", since=1)
+def global_avg_pool(ctx, node, ins, attrs):
+    x = ins[0]
+    return ctx.op("mean", x, axis=tuple(range(2, ndim(x))), keepdims=True)
+
+
+@converter("GlobalMaxPool", since=1)
+def global_max_pool(ctx, node, ins, attrs):
+    x = ins[0]
+    return ctx.op("max", x, axis=tuple(range(2, ndim(x))), keepdims=True)
+
+
+def _softmax(name):
+    def conv_fn(ctx, node, ins, attrs):
+        x = ins[0]
+        n = ndim(x)
+        if ctx.opset >= 13:
+            return ctx.op(name, x, axis=attrs.get("axis", -1))
+        axis = norm_axis(attrs.get("axis", 1), n)
+        if axis == n - 1:
+            return ctx.op(name, x, axis=-1)
+        shape = static_shape(x)
+        t = ctx.op("reshape", x, shape=(int(np.prod(shape[:axis])), int(np.prod(shape[axis:]))))
+        t = ctx.op(name, t, axis=-1)
+        return ctx.op("reshape", t, shape=shape)
+    return conv_fn
+
+
+converter("Softmax", since=1)(_softmax("softmax"))
+converter("LogSoftmax", since=1)(_softmax("log_softmax"))
+
+
+@converter("SpaceToDepth", since=1)
+def space_to_depth(ctx, node, ins, attrs):
+    x = ins[0]
+    b = attrs["blocksize"]
+    N, C, H, W = [dim(s) for s in x.ty.shape]
+    t = ctx.op("reshape", x, shape=(N, C, H // b, b, W // b, b))
+    if attrs.get("mode", "DCR") == "CRD":
+        t = ctx.op("permute_dims", t, axes=(0, 1, 3, 5, 2, 4))
+    else:
+        t = ctx.op("permute_dims", t, axes=(0, 3, 5, 1, 2, 4))
+    return ctx.op("reshape", t, shape=(N, C * b * b, H // b, W // b))
+
+
+@converter("DepthToSpace", since=1)
+def depth_to_space(ctx, node, ins, attrs):
+    x = ins[0]
+    b = attrs["blocksize"]
+    N, C, H, W = [dim(s) for s in x.ty.shape]
+    if attrs.get("mode", "DCR") == "DCR":
+        t = ctx.op("reshape", x, shape=(N, b, b, C // (b * b), H, W))
+        t = ctx.op("permute_dims", t, axes=(0, 3, 4, 1, 5, 2))
+    else:
+        t = ctx.op("reshape", x, shape=(N, C // (b * b), b, b, H, W))
+        t = ctx.op("permute_dims", t, axes=(0, 1, 4, 2, 5, 3))
+    return ctx.op("reshape", t, shape=(N, C // (b * b), H * b, W * b))
+
+
+@converter("Resize", since=11)
+def resize(ctx, node, ins, attrs):
+    x = ins[0]
+    scales = ctx.need_value(ins[2], "scales") if len(ins) > 2 and ins[2] is not None else None
+    sizes = ctx.need_value(ins[3], "sizes") if len(ins) > 3 and ins[3] is not None else None
+    mode = attrs.get("mode", "nearest")
+    if mode not in ("nearest", "linear"):
+        raise Unsupported(f"mode={mode} is not supported (nearest, linear are)")
+    ctm = attrs.get("coordinate_transformation_mode", "half_pixel")
+    if ctm not in ("half_pixel", "align_corners", "asymmetric", "pytorch_half_pixel"):
+        raise Unsupported(f"coordinate_transformation_mode={ctm} is not supported")
+    if attrs.get("antialias", 0):
+        raise Unsupported("antialias=1 is not supported")
+    if attrs.get("keep_aspect_ratio_policy", "stretch") != "stretch":
+        raise Unsupported("keep_aspect_ratio_policy is not supported")
+    if ndim(x) != 4:
+        raise Unsupported("only 4-D (N, C, H, W) inputs are supported")
+    shape = [dim(s) for s in x.ty.shape]
+    axes = attrs.get("axes")
+    if axes is not None:
+        axes = [norm_axis(a, 4) for a in axes]
+        full_s = [1.0] * 4
+        full_z = list(shape)
+        for k, a in enumerate(axes):
+            if scales is not None and scales.size:
+                full_s[a] = float(scales[k])
+            if sizes is not None and sizes.size:
+                full_z[a] = int(sizes[k])
+        if scales is not None and scales.size:
+            scales = np.asarray(full_s)
+        if sizes is not None and sizes.size:
+            sizes = np.asarray(full_z)
+    if sizes is not None and sizes.size:
+        out = [int(v) for v in sizes]
+    elif scales is not None and scales.size:
+        if not all(isinstance(s, int) for s in shape[2:]):
+            raise Unsupported("scales need static H, W")
+        if any(float(s) != 1.0 for s in scales[:2]):
+            raise Unsupported("scaling N or C is not supported")
+        out = [shape[0], shape[1]] + [int(math.floor(shape[i] * float(scales[i]))) for i in (2, 3)]
+        for i in (2, 3):
+            if out[i] != shape[i] * float(scales[i]):
+                raise Unsupported("non-integral output size from scales is not supported")
+    else:
+        raise Unsupported("Resize needs constant scales or sizes")
+    if out[:2] != shape[:2]:
+        raise Unsupported("resizing N or C is not supported")
+    return ctx.op("resize2d", x, size=(out[2], out[3]), method=mode,
+                  coordinate_transformation_mode=ctm,
+                  rounding_method=attrs.get("nearest_mode", "round_prefer_floor"))

@@ -1,0 +1,364 @@
+"""Shape and data-movement ops; shape subgraphs fold to constants when shapes are known."""
+from __future__ import annotations
+
+import numpy as np
+from onnx import numpy_helper
+
+from ...ir.expr import IntImm
+from .common import (Unsupported, converter, dim, dtype, fmt_shape, kiln_dtype, ndim, norm_axis,
+                     static_shape)
+
+
+def _ints(ctx, e, what):
+    return [int(v) for v in np.asarray(ctx.need_value(e, what)).reshape(-1)]
+
+
+@converter("Constant")
+def constant(ctx, node, ins, attrs):
+    if "value" in attrs:
+        t = attrs["value"]
+        kiln_dtype(t.data_type, "value: ")
+        return ctx.const(numpy_helper.to_array(t))
+    if "value_float" in attrs:
+        return ctx.const(np.float32(attrs["value_float"]))
+    if "value_floats" in attrs:
+        return ctx.const(np.asarray(attrs["value_floats"], np.float32))
+    if "value_int" in attrs:
+        return ctx.const(np.int64(attrs["value_int"]))
+    if "value_ints" in attrs:
+        return ctx.const(np.asarray(attrs["value_ints"], np.int64))
+    raise Unsupported(f"attribute(s) {sorted(attrs)} are not supported (value, value_float(s), value_int(s) are)")
+
+
+@converter("Shape")
+def shape(ctx, node, ins, attrs):
+    x = ins[0]
+    dims = list(x.ty.shape)
+    n = len(dims)
+    start = attrs.get("start", 0)
+    end = attrs.get("end", n)
+    start = min(max(start + n if start < 0 else start, 0), n)
+    end = min(max(end + n if end < 0 else end, 0), n)
+    dims = dims[start:end]
+    if not all(isinstance(d, IntImm) for d in dims):
+        raise Unsupported(f"the shape {fmt_shape(x.ty.shape)} is symbolic; pin the input shapes "
+                          f"with shape_dict to fold this shape computation")
+    return ctx.const(np.asarray([d.value for d in dims], np.int64))
+
+
+@converter("Size")
+def size(ctx, node, ins, attrs):
+    return ctx.const(np.int64(np.prod(static_shape(ins[0]))))
+
+
+@converter("ConstantOfShape")
+def constant_of_shape(ctx, node, ins, attrs):
+    shp = _ints(ctx, ins[0], "the shape input")
+    v = numpy_helper.to_array(attrs["value"]) if "value" in attrs else np.zeros(1, np.float32)
+    kiln_dtype(attrs["value"].data_type if "value" in attrs else 1, "value: ")
+    return ctx.const(np.full(shp, v.reshape(-1)[0], dtype=v.dtype))
+
+
+@converter("Range")
+def range_(ctx, node, ins, attrs):
+    s, l, d = (ctx.need_value(e, "Range's inputs") for e in ins)
+    return ctx.const(np.arange(s, l, d).astype(np.asarray(s).dtype))
+
+
+@converter("Reshape")
+def reshape(ctx, node, ins, attrs):
+    x = ins[0]
+    shp = _ints(ctx, ins[1], "the shape input")
+    if not attrs.get("allowzero", 0):
+        out = []
+        for i, s in enumerate(shp):
+            if s == 0:
+                if i >= ndim(x):
+                    raise Unsupported(f"shape {shp}: 0 at position {i} copies a dim the input "
+                                      f"{fmt_shape(x.ty.shape)} does not have")
+                out.append(dim(x.ty.shape[i]))
+            else:
+                out.append(s)
+        shp = out
+    return ctx.op("reshape", x, shape=tuple(shp))
+
+
+@converter("Flatten")
+def flatten(ctx, node, ins, attrs):
+    x = ins[0]
+    n = ndim(x)
+    axis = norm_axis(attrs.get("axis", 1), n)
+    if axis == 0:
+        return ctx.op("reshape", x, shape=(1, -1))
+    t = x
+    if axis < n:
+        t = ctx.op("flatten", t, start_dim=axis, end_dim=-1)
+    else:
+        t = ctx.op("expand_dims", t, axis=n)
+    return ctx.op("flatten", t, start_dim=0, end_dim=axis - 1)
+
+
+@converter("Transpose")
+def transpose(ctx, node, ins, attrs):
+    perm = attrs.get("perm")
+    return ctx.op("permute_dims", ins[0], axes=None if perm is None else tuple(perm))
+
+
+@converter("Concat")
+def concat(ctx, node, ins, attrs):
+    xs = [x for x in ins if x is not None]
+    return ctx.op("concat", *xs, axis=attrs["axis"])
+
+
+@converter("Gather")
+def gather(ctx, node, ins, attrs):
+    x, idx = ins
+    return ctx.op("take", x, idx, axis=attrs.get("axis", 0))
+
+
+@converter("Slice")
+def slice_(ctx, node, ins, attrs):
+    x = ins[0]
+    if ctx.opset < 10:
+        starts, ends = attrs["starts"], attrs["ends"]
+        axes, steps = attrs.get("axes"), None
+    else:
+        starts = _ints(ctx, ins[1], "starts")
+        ends = _ints(ctx, ins[2], "ends")
+        axes = _ints(ctx, ins[3], "axes") if len(ins) > 3 and ins[3] is not None else None
+        steps = _ints(ctx, ins[4], "steps") if len(ins) > 4 and ins[4] is not None else None
+    if axes is None:
+        axes = list(range(len(starts)))
+    return ctx.op("strided_slice", x, begin=tuple(starts), end=tuple(ends),
+                  strides=None if steps is None else tuple(steps), axes=tuple(axes))
+
+
+def _axes_input_or_attr(ctx, ins, attrs, since):
+    if ctx.opset >= since:
+        if len(ins) > 1 and ins[1] is not None:
+            return _ints(ctx, ins[1], "axes")
+        return None
+    a = attrs.get("axes")
+    return None if a is None else list(a)
+
+
+@converter("Unsqueeze")
+def unsqueeze(ctx, node, ins, attrs):
+    axes = _axes_input_or_attr(ctx, ins, attrs, 13)
+    n = ndim(ins[0]) + len(axes)
+    return ctx.op("expand_dims", ins[0], axis=tuple(sorted(norm_axis(a, n) for a in axes)))
+
+
+@converter("Squeeze")
+def squeeze(ctx, node, ins, attrs):
+    axes = _axes_input_or_attr(ctx, ins, attrs, 13)
+    return ctx.op("squeeze", ins[0], axis=None if axes is None else tuple(axes))
+
+
+@converter("Expand")
+def expand(ctx, node, ins, attrs):
+    x = ins[0]
+    shp = _ints(ctx, ins[1], "the shape input")
+    xs = list(x.ty.shape)
+    n = max(len(xs), len(shp))
+    xs = [IntImm(1)] * (n - len(xs)) + xs
+    shp = [1] * (n - len(shp)) + shp
+    out = []
+    for a, b in zip(xs, shp):
+        if b == 1:
+            out.append(dim(a))
+        elif isinstance(a, IntImm) and a.value not in (1, b):
+            raise Unsupported(f"shape {fmt_shape(x.ty.shape)} does not broadcast to {shp}")
+        else:
+            out.append(b)
+    return ctx.op("broadcast_to", x, shape=tuple(out))
+
+
+@converter("Tile")
+def tile(ctx, node, ins, attrs):
+    x = ins[0]
+    reps = _ints(ctx, ins[1], "repeats")
+    shp = static_shape(x)
+    inter, big, final = [], [], []
+    for s, r in zip(shp, reps):
+        inter += [1, s]
+        big += [r, s]
+        final.append(r * s)
+    t = ctx.op("reshape", x, shape=tuple(inter))
+    t = ctx.op("broadcast_to", t, shape=tuple(big))
+    return ctx.op("reshape", t, shape=tuple(final))
+
+
+@converter("Split")
+def split(ctx, node, ins, attrs):
+    x = ins[0]
+    axis = norm_axis(attrs.get("axis", 0), ndim(x))
+    nout = len(node.output)
+    sizes = None
+    if ctx.opset >= 13 and len(ins) > 1 and ins[1] is not None:
+        sizes = _ints(ctx, ins[1], "split")
+    elif ctx.opset < 13 and attrs.get("split") is not None:
+        sizes = list(attrs["split"])
+    if sizes is None:
+        d = dim(x.ty.shape[axis])
+        num = attrs.get("num_outputs", nout)
+        if isinstance(d, int) and d % num:
+            chunk = -(-d // num)
+            sizes = [chunk] * (d // chunk) + ([d % chunk] if d % chunk else [])
+        else:
+            outs = ctx.op("split", x, indices_or_sections=num, axis=axis)
+            return list(outs)
+    idx = list(np.cumsum(sizes)[:-1])
+    outs = ctx.op("split", x, indices_or_sections=tuple(int(i) for i in idx), axis=axis)
+    return list(outs)
+
+
+@converter("Pad")
+def pad(ctx, node, ins, attrs):
+    x = ins[0]
+    mode = attrs.get("mode", "constant")
+    if mode != "constant":
+        raise Unsupported(f"mode={mode} is not supported (constant is)")
+    n = ndim(x)
+    if ctx.opset < 11:
+        pads, val = list(attrs["pads"]), attrs.get("value", 0.0)
+        axes = list(range(n))
+    else:
+        pads = _ints(ctx, ins[1], "pads")
+        val = 0
+        if len(ins) > 2 and ins[2] is not None:
+            v = ctx.need_value(ins[2], "constant_value")
+            val = np.asarray(v).reshape(-1)[0].item() if np.asarray(v).size else 0
+        axes = list(range(n))
+        if len(ins) > 3 and ins[3] is not None:
+            axes = [norm_axis(a, n) for a in _ints(ctx, ins[3], "axes")]
+    k = len(axes)
+    pw = [(0, 0)] * n
+    for i, a in enumerate(axes):
+        pw[a] = (pads[i], pads[i + k])
+    return ctx.op("pad", x, pad_width=tuple(pw), pad_value=val)
+
+
+@converter("Trilu")
+def trilu(ctx, node, ins, attrs):
+    x = ins[0]
+    k = 0
+    if len(ins) > 1 and ins[1] is not None:
+        k = int(np.asarray(ctx.need_value(ins[1], "k")).reshape(-1)[0])
+    shp = static_shape(x)
+    r, c = shp[-2], shp[-1]
+    i = np.arange(r)[:, None]
+    j = np.arange(c)[None, :]
+    mask = (j - i >= k) if attrs.get("upper", 1) else (j - i <= k)
+    zero = ctx.const(np.zeros((), dtype=np.dtype(dtype(x)) if dtype(x) != "bool" else np.bool_))
+    return ctx.op("where", ctx.const(mask), x, zero)
+
+
+@converter("TopK")
+def topk(ctx, node, ins, attrs):
+    x = ins[0]
+    k = int(np.asarray(ctx.need_value(ins[1], "K")).reshape(-1)[0])
+    if not attrs.get("sorted", 1):
+        pass  # sorted output is a valid unsorted output
+    v, i = ctx.op("topk", x, k=k, axis=attrs.get("axis", -1), largest=bool(attrs.get("largest", 1)))
+    return [v, i]
+
+
+def _arg(kop):
+    def fn(ctx, node, ins, attrs):
+        x = ins[0]
+        axis = norm_axis(attrs.get("axis", 0), ndim(x))
+        keep = bool(attrs.get("keepdims", 1))
+        if not attrs.get("select_last_index", 0):
+            return ctx.op(kop, x, axis=axis, keepdims=keep)
+        # the last extreme = (n - 1) - the first extreme of the reversed axis
+        d = dim(x.ty.shape[axis])
+        if not isinstance(d, int):
+            raise Unsupported("select_last_index=1 needs a static reduced dim")
+        r = ctx.op("strided_slice", x, begin=(-1,), end=(-(2 ** 63),), strides=(-1,), axes=(axis,))
+        i = ctx.op(kop, r, axis=axis, keepdims=keep)
+        return ctx.op("subtract", ctx.const(np.array(d - 1, np.int64)), i)
+    return fn
+
+
+@converter("GatherElements")
+def gather_elements(ctx, node, ins, attrs):
+    x, idx = ins
+    n = ndim(x)
+    axis = norm_axis(attrs.get("axis", 0), n)
+    xs = static_shape(x)
+    ishape = static_shape(idx, "indices")
+    idx = ctx.op("cast", idx, dtype="int64") if dtype(idx) != "int64" else idx
+    idx = ctx.op("where", ctx.op("less", idx, ctx.const(np.array(0, np.int64))),
+                 ctx.op("add", idx, ctx.const(np.array(xs[axis], np.int64))), idx)
+    strides = np.cumprod((list(xs[1:]) + [1])[::-1])[::-1]
+    grid = np.indices(ishape, dtype=np.int64)
+    base = sum(grid[k] * int(strides[k]) for k in range(n) if k != axis)
+    lin = ctx.op("add", ctx.op("multiply", idx, ctx.const(np.array(int(strides[axis]), np.int64))),
+                 ctx.const(np.asarray(base, np.int64)))
+    flat = ctx.op("reshape", x, shape=(-1,))
+    return ctx.op("take", flat, lin, axis=0)
+
+
+converter("ArgMax")(_arg("argmax"))
+converter("ArgMin")(_arg("argmin"))
+
+
+def _window(kind):
+    def fn(ctx, node, ins, attrs):
+        n = int(np.asarray(ctx.need_value(ins[0], "size")).reshape(-1)[0])
+        periodic = attrs.get("periodic", 1)
+        N = n if periodic else n - 1
+        k = np.arange(n, dtype=np.float64)
+        if kind == "hann":
+            w = np.sin(np.pi * k / N) ** 2
+        elif kind == "hamming":
+            a0 = 25.0 / 46.0
+            w = a0 - (1 - a0) * np.cos(2 * np.pi * k / N)
+        else:
+            w = 0.42 - 0.5 * np.cos(2 * np.pi * k / N) + 0.08 * np.cos(4 * np.pi * k / N)
+        to = kiln_dtype(attrs.get("output_datatype", 1), "output_datatype ")
+        from ...ir import dtype as dt
+        return ctx.const(w.astype(dt.to_numpy(to)))
+    return fn
+
+
+converter("HannWindow", since=17)(_window("hann"))
+converter("HammingWindow", since=17)(_window("hamming"))
+converter("BlackmanWindow", since=17)(_window("blackman"))
+
+
+@converter("CenterCropPad", since=18)
+def center_crop_pad(ctx, node, ins, attrs):
+    x = ins[0]
+    target = _ints(ctx, ins[1], "shape")
+    n = ndim(x)
+    axes = [norm_axis(a, n) for a in attrs.get("axes", list(range(n)))]
+    shp = static_shape(x)
+    begin, end, pw = [], [], [(0, 0)] * n
+    for a, t in zip(axes, target):
+        d = shp[a]
+        if t < d:
+            st = (d - t) // 2
+            begin.append(st); end.append(st + t)
+        else:
+            begin.append(0); end.append(d)
+            b = (t - d) // 2
+            pw[a] = (b, t - d - b)
+    y = ctx.op("strided_slice", x, begin=tuple(begin), end=tuple(end), axes=tuple(axes))
+    if any(p != (0, 0) for p in pw):
+        y = ctx.op("pad", y, pad_width=tuple(pw))
+    return y
+
+
+@converter("Compress", since=11)
+def compress(ctx, node, ins, attrs):
+    x, cond = ins
+    c = np.asarray(ctx.need_value(cond, "condition")).astype(bool).reshape(-1)
+    axis = attrs.get("axis")
+    if axis is None:
+        x = ctx.op("reshape", x, shape=(-1,))
+        axis = 0
+    axis = norm_axis(axis, ndim(x))
+    idx = np.nonzero(c[:dim(x.ty.shape[axis])])[0].astype(np.int64)
+    return ctx.op("take", x, ctx.const(idx), axis=axis)

@@ -1,0 +1,168 @@
+"""The ``kiln`` command line (compiler/kiln/cli.py), run as a subprocess the way a user runs it:
+the ``kiln`` entry point next to the interpreter when installed, else ``python -m kiln.cli``."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+ENTRY = os.path.join(os.path.dirname(sys.executable), "kiln")
+
+
+def kiln_cli(*args, entry_point=False, cwd=None):
+    cmd = [ENTRY] if entry_point else [sys.executable, "-m", "kiln.cli"]
+    return subprocess.run(cmd + [str(a) for a in args], capture_output=True, text=True, cwd=cwd,
+                          timeout=600)
+
+
+def small_cnn(path, batch="N", op="Relu"):
+    """Conv(3->8, 3x3) -> ``op`` -> GlobalAveragePool -> Flatten -> Gemm(8->4): input ``x`` of
+    shape (batch, 3, 8, 8), ``batch`` symbolic when a string."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((8, 3, 3, 3)).astype("float32"), "w")
+    b = numpy_helper.from_array(rng.standard_normal(8).astype("float32"), "b")
+    fw = numpy_helper.from_array(rng.standard_normal((4, 8)).astype("float32"), "fw")
+    fb = numpy_helper.from_array(rng.standard_normal(4).astype("float32"), "fb")
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+             helper.make_node(op, ["c"], ["r"], name="act"),
+             helper.make_node("GlobalAveragePool", ["r"], ["p"], name="pool"),
+             helper.make_node("Flatten", ["p"], ["f"], name="flatten"),
+             helper.make_node("Gemm", ["f", "fw", "fb"], ["y"], transB=1, name="fc")]
+    graph = helper.make_graph(nodes, "small_cnn",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 4])],
+                              initializer=[w, b, fw, fb])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 10
+    onnx.save(model, str(path))
+    return path
+
+
+@pytest.fixture(scope="module")
+def compiled(tmp_path_factory):
+    """(model.onnx, model.so, the compile process) for the small CNN with batch pinned to 2."""
+    d = tmp_path_factory.mktemp("cli")
+    model = small_cnn(d / "model.onnx")
+    lib = d / "model.so"
+    proc = kiln_cli("compile", model, "-o", lib, "--shape", "x=2,3,8,8")
+    if proc.returncode != 0 and "is not supported" in proc.stderr:
+        pytest.skip(f"the ONNX importer does not support the test model yet: {proc.stderr.strip()}")
+    assert proc.returncode == 0, proc.stderr
+    return model, lib, proc
+
+
+def test_compile_writes_library_and_reports_progress(compiled):
+    _, lib, proc = compiled
+    assert lib.is_file()
+    assert "wrote" in proc.stdout and "kernels" in proc.stdout
+    for step in ("importing", "running pipeline 'default'", "compiling"):
+        assert f"kiln: {step}" in proc.stderr
+    assert "done (" in proc.stderr
+
+
+def test_inspect_lists_functions_inputs_kernels_arena_target_constants(compiled):
+    _, lib, _ = compiled
+    proc = kiln_cli("inspect", lib, entry_point=os.path.exists(ENTRY))
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "target:    llvm" in out
+    assert "main:" in out
+    assert "input 0: x  float32(2, 3, 8, 8)" in out
+    assert "kernels:" in out and "arena:" in out
+    assert "constants:" in out and "constants: 0 " not in out   # the bound weights
+
+
+def test_inspect_disassemble(compiled):
+    proc = kiln_cli("inspect", compiled[1], "--disassemble")
+    assert proc.returncode == 0, proc.stderr
+    assert "CALL" in proc.stdout.upper()
+
+
+def test_run_matches_onnxruntime(compiled, tmp_path):
+    ort = pytest.importorskip("onnxruntime")
+    model, lib, _ = compiled
+    x = np.random.default_rng(1).standard_normal((2, 3, 8, 8)).astype("float32")
+    np.save(tmp_path / "x.npy", x)
+    proc = kiln_cli("run", lib, "--input", f"x={tmp_path / 'x.npy'}", "-o", tmp_path / "y.npy")
+    assert proc.returncode == 0, proc.stderr
+    assert "output 0: float32(2, 4)" in proc.stdout
+    want = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), want, rtol=1e-4, atol=1e-4)
+
+
+def test_run_random_and_bench(compiled):
+    lib = compiled[1]
+    proc = kiln_cli("run", lib, "--random")
+    assert proc.returncode == 0, proc.stderr
+    proc = kiln_cli("bench", lib, "--repeat", "3", "--threads", "1", "--profile")
+    assert proc.returncode == 0, proc.stderr
+    assert "main: best" in proc.stdout and "1 thread(s)" in proc.stdout
+    assert "profile of 'main'" in proc.stdout
+
+
+def test_run_errors_name_the_input(compiled, tmp_path):
+    lib = compiled[1]
+    proc = kiln_cli("run", lib)
+    assert proc.returncode == 1
+    assert "input 'x' (float32(2, 3, 8, 8)) is not given" in proc.stderr
+    np.save(tmp_path / "bad.npy", np.zeros((1, 3, 8, 8), "float32"))
+    proc = kiln_cli("run", lib, "--input", f"x={tmp_path / 'bad.npy'}")
+    assert proc.returncode == 1
+    assert "expected shape (2, 3, 8, 8), got (1, 3, 8, 8)" in proc.stderr
+    proc = kiln_cli("run", lib, "--input", f"y={tmp_path / 'bad.npy'}")
+    assert proc.returncode == 1 and "no input(s) ['y']" in proc.stderr
+
+
+def test_symbolic_batch_compiles_and_runs_with_shape(tmp_path):
+    lib = tmp_path / "sym.so"
+    proc = kiln_cli("compile", small_cnn(tmp_path / "sym.onnx"), "-o", lib, "-q")
+    if proc.returncode != 0 and "is not supported" in proc.stderr:
+        pytest.skip(f"the ONNX importer does not support the test model yet: {proc.stderr.strip()}")
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert "input 0: x  float32(N, 3, 8, 8)" in kiln_cli("inspect", lib).stdout
+    proc = kiln_cli("run", lib, "--random")
+    assert proc.returncode == 1 and "pin it with --shape x=" in proc.stderr
+    proc = kiln_cli("run", lib, "--random", "--shape", "x=3,3,8,8")
+    assert proc.returncode == 0 and "output 0: float32(3, 4)" in proc.stdout, proc.stderr
+
+
+def test_compile_errors(tmp_path):
+    proc = kiln_cli("compile", tmp_path / "missing.onnx")
+    assert proc.returncode == 1 and "missing.onnx: no such file" in proc.stderr
+    (tmp_path / "junk.onnx").write_bytes(b"\xff not a model")
+    proc = kiln_cli("compile", tmp_path / "junk.onnx", "-o", tmp_path / "junk.so")
+    assert proc.returncode == 1 and "error:" in proc.stderr
+    proc = kiln_cli("compile", small_cnn(tmp_path / "m.onnx"), "--shape", "x=2,a")
+    assert proc.returncode == 2 and "must be integers" in proc.stderr
+    proc = kiln_cli("compile", small_cnn(tmp_path / "m.onnx"), "--pipeline", "nope", "-o", tmp_path / "m.so")
+    assert proc.returncode == 1 and "unknown pipeline 'nope'" in proc.stderr
+    proc = kiln_cli("compile", small_cnn(tmp_path / "m.onnx"), "--target", "foo", "-o", tmp_path / "m.so")
+    assert proc.returncode == 1 and "unknown target 'foo'" in proc.stderr
+
+
+def test_compile_names_unsupported_operator(tmp_path):
+    model = small_cnn(tmp_path / "odd.onnx", op="NoSuchOp")
+    proc = kiln_cli("compile", model, "-o", tmp_path / "odd.so", "--shape", "x=1,3,8,8")
+    assert proc.returncode == 1
+    assert "operator NoSuchOp is not supported" in proc.stderr and "'act'" in proc.stderr
+
+
+def test_inspect_rejects_non_library(tmp_path):
+    (tmp_path / "not.so").write_text("hello")
+    proc = kiln_cli("inspect", tmp_path / "not.so")
+    assert proc.returncode == 1 and "error:" in proc.stderr
+    proc = kiln_cli("inspect", tmp_path / "absent.so")
+    assert proc.returncode == 1 and "absent.so: no such file" in proc.stderr
+
+
+def test_usage_errors():
+    proc = kiln_cli()
+    assert proc.returncode == 2 and "COMMAND" in proc.stderr
+    proc = kiln_cli("--help")
+    assert proc.returncode == 0 and "compile" in proc.stdout and "inspect" in proc.stdout
