@@ -1,5 +1,4 @@
 """End to end: te kernels + graph functions, compiled, run by the runtime's VM, against numpy."""
-import pathlib
 
 import numpy as np
 import pytest
@@ -10,9 +9,7 @@ from kiln.executable import compile as kiln_compile
 from kiln.ir import (Constant, FunctionBuilder, GraphTuple, GraphVar, IRModule, TensorType, TupleGetItem,
                      TupleType, Var, call_dps_packed, call_tir)
 
-if not (pathlib.Path(kiln.__file__).parent / "runtime" / "vm.py").exists():
-    pytest.skip("the VM (kiln.runtime.vm) has not landed yet", allow_module_level=True)
-from kiln.runtime.vm import VirtualMachine  # noqa: E402
+from kiln.runtime.vm import VirtualMachine
 
 F32 = "float32"
 

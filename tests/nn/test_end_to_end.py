@@ -1,7 +1,6 @@
 """API.md section 1 end to end (export -> pipeline -> compile -> VM), and the nn test models
 compiled and run against the reference interpreter. Skipped until the pipeline, executable
 and VM exist."""
-import importlib
 
 import numpy as np
 import pytest
@@ -11,16 +10,7 @@ from kiln import nn
 from kiln.ir.graph_interp import interpret
 
 
-def _missing():
-    for name in ("kiln.transform.pipeline", "kiln.executable", "kiln.runtime.vm"):
-        try:
-            importlib.import_module(name)
-        except ImportError as e:
-            return f"{name} is not available yet ({e})"
-    return None
-
-
-pytestmark = [pytest.mark.slow, pytest.mark.skipif(_missing() is not None, reason=str(_missing()))]
+pytestmark = pytest.mark.slow
 
 
 def test_api_section_1_verbatim(tmp_path, monkeypatch):

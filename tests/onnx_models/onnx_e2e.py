@@ -12,15 +12,11 @@ _UNSUPPORTED = re.compile(r"\((\w+), opset \d+\): (.*not supported.*)")
 
 
 def import_or_skip(model, shape_dict=None):
-    """``kiln.frontend.from_onnx(model, shape_dict)``; skips the test when the importer is not
-    there yet or rejects an operator it does not support, with the operator named. Any other
-    error fails the test."""
+    """``kiln.frontend.from_onnx(model, shape_dict)``; skips the test when the importer rejects
+    an operator it does not support, with the operator named. Any other error fails the test."""
     import kiln
-    try:
-        from_onnx = kiln.frontend.from_onnx
-        from kiln.frontend.onnx.common import ONNXImportError
-    except (ImportError, AttributeError) as e:
-        pytest.skip(f"kiln.frontend.from_onnx is not available yet ({e})")
+    from kiln.frontend.onnx.common import ONNXImportError
+    from_onnx = kiln.frontend.from_onnx
     try:
         return from_onnx(model, shape_dict=shape_dict)
     except ONNXImportError as e:
