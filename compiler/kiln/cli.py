@@ -91,11 +91,12 @@ def _check_library(path: str):
 
 
 def _function(spec, name: Optional[str]):
-    names = [f.name for f in spec.functions]
+    public = [f for f in spec.functions if not f.private]
+    names = [f.name for f in public]
     if name is None:
         if len(names) != 1:
             raise CLIError(f"the library has functions {names}; pick one with --function")
-        return spec.functions[0]
+        return public[0]
     if name not in names:
         raise CLIError(f"no function {name!r}; the library has {names}")
     return spec.function(name)
@@ -199,7 +200,8 @@ def cmd_inspect(args) -> int:
     print(f"arena:     {_fmt_bytes(sum(f.arena_size for f in spec.functions))}")
     print(f"functions: {len(spec.functions)}")
     for f in spec.functions:
-        print(f"  {f.name}: arena {_fmt_bytes(f.arena_size)}, {f.num_registers} registers, "
+        branch = " (private: a branch of an IF)" if f.private else ""
+        print(f"  {f.name}{branch}: arena {_fmt_bytes(f.arena_size)}, {f.num_registers} registers, "
               f"{len(f.code)} instructions")
         for i, p in enumerate(f.params):
             nbytes = ""

@@ -95,6 +95,26 @@ static kiln_status_t alloc_tensor(const kiln_vm_function_t* f, uint32_t pc, cons
   return KILN_OK;
 }
 
+/* IF's condition: a one-element bool or integer tensor on the CPU; *out_true = it is nonzero. */
+static kiln_status_t read_condition(const kiln_vm_function_t* f, uint32_t pc, const kiln_value_t* v,
+                                    int* out_true) {
+  const DLTensor* t = v->kind == KILN_VALUE_TENSOR ? kiln_tensor_dltensor(v->u.tensor) : NULL;
+  int64_t n = 1;
+  for (int32_t d = 0; t && d < t->ndim; ++d) n *= t->shape[d];
+  int integral = t && (t->dtype.code == kDLInt || t->dtype.code == kDLUInt || t->dtype.code == kDLBool) &&
+                 t->dtype.lanes == 1 && (t->dtype.bits == 8 || t->dtype.bits == 16 ||
+                                         t->dtype.bits == 32 || t->dtype.bits == 64);
+  if (!t || n != 1 || !integral || t->device.device_type != kDLCPU)
+    return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: instruction %u (IF): the condition must be a "
+                      "one-element bool or integer tensor on the cpu, got %s", f->name, (unsigned)pc,
+                      t ? "a tensor of another dtype, size or device" : kiln_value_kind_name(v->kind));
+  const uint8_t* p = (const uint8_t*)t->data + t->byte_offset;
+  int nonzero = 0;
+  for (int b = 0; b < t->dtype.bits / 8; ++b) nonzero |= p[b] != 0;
+  *out_true = nonzero;
+  return KILN_OK;
+}
+
 /* Runs graph function `f`; with `prof`, accumulates per-kernel / extern / opcode times. */
 static kiln_status_t run(const vm_module_t* vm, const vm_state_t* state,
                          const kiln_vm_function_t* f, const kiln_value_t* args, int32_t num_args,
@@ -188,6 +208,18 @@ static kiln_status_t run(const vm_module_t* vm, const vm_state_t* state,
         st = kiln_value_copy(&regs[o[1]], &v);
         if (st == KILN_OK) set_reg(&regs[o[0]], v);
         break;
+      case KILN_OP_IF: {
+        /* Recursion is bounded: the loader checked the IF call graph (no cycles, depth <= 64). */
+        int taken = 0;
+        st = read_condition(f, pc, &regs[o[1]], &taken);
+        if (st != KILN_OK) break;
+        int32_t n = (int32_t)o[4];
+        for (int32_t j = 0; j < n; ++j) scratch[j] = regs[o[5 + j]];
+        st = run(vm, state, &prog->functions[taken ? o[2] : o[3]], scratch, n, prof, &v);
+        if (st == KILN_OK) set_reg(&regs[o[0]], v);
+        else st = context_error(f, pc, st);
+        break;
+      }
       default: /* RET */
         *out_result = regs[o[0]];
         regs[o[0]].kind = KILN_VALUE_NULL;
@@ -248,9 +280,11 @@ static kiln_status_t vm_init(vm_module_t* vm, const kiln_value_t* args, int32_t 
   return KILN_OK;
 }
 
+/* A function the module exposes (private ones are reached only through IF). */
 static int32_t find_function(const kiln_vm_program_t* prog, const char* name) {
-  for (uint32_t i = 0; i < prog->num_functions; ++i)
-    if (strcmp(prog->functions[i].name, name) == 0) return (int32_t)i;
+  for (uint32_t i = 0; i < prog->num_public; ++i)
+    if (strcmp(prog->functions[prog->public_functions[i]].name, name) == 0)
+      return (int32_t)prog->public_functions[i];
   return -1;
 }
 
@@ -350,13 +384,14 @@ static void vm_destroy(kiln_module_t* module) {
 }
 
 static int32_t vm_num_functions(const kiln_module_t* module) {
-  return NUM_BUILTINS + (int32_t)((const vm_module_t*)module)->program->num_functions;
+  return NUM_BUILTINS + (int32_t)((const vm_module_t*)module)->program->num_public;
 }
 
 static const char* vm_function_name(const kiln_module_t* module, int32_t index) {
   if (index == 0) return "init";
   if (index == 1) return "profile";
-  return ((const vm_module_t*)module)->program->functions[index - NUM_BUILTINS].name;
+  const kiln_vm_program_t* prog = ((const vm_module_t*)module)->program;
+  return prog->functions[prog->public_functions[index - NUM_BUILTINS]].name;
 }
 
 static kiln_status_t vm_get_function(kiln_module_t* module, const char* name,

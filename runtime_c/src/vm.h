@@ -18,8 +18,14 @@ enum {
   KILN_OP_GET_ITEM = 7,
   KILN_OP_MOVE = 8,
   KILN_OP_RET = 9,
-  KILN_NUM_OPCODES = 10 /* opcodes are 1..9 */
+  KILN_OP_IF = 10, /* format version 2 */
+  KILN_NUM_OPCODES = 11 /* opcodes are 1..10 */
 };
+
+/* FUNCTIONS entry flags (format version 2). */
+#define KILN_VM_FUNCTION_PRIVATE 1u
+/* IF calls nest at most this deep (the interpreter recurses on IF; no recursion is allowed). */
+#define KILN_VM_MAX_CALL_DEPTH 64
 
 /* Limits beyond the format's own fields, so that a call frame stays allocatable. */
 #define KILN_VM_MAX_REGISTERS (1u << 20)
@@ -40,6 +46,7 @@ typedef struct {
  *    arena (arena_size bytes, at off_arena, 64-byte aligned)]                                 */
 typedef struct {
   const char* name;
+  uint32_t flags;         /* KILN_VM_FUNCTION_PRIVATE: reachable only through IF */
   kiln_kernel_info_t sig; /* name, params and symbolic dims, for kiln_kernel_check_args */
   uint32_t num_registers;
   uint64_t arena_size;
@@ -61,6 +68,8 @@ typedef struct {
   uint32_t num_constants;
   kiln_vm_function_t* functions; /* owned */
   uint32_t num_functions;
+  uint32_t* public_functions;    /* owned: indices of the functions the VM module exposes */
+  uint32_t num_public;
   kiln_kernel_param_t* params_pool; /* owned: every function's parameters */
   int64_t* dims_pool;               /* owned: their shapes */
   const char** names_pool;          /* owned: symbolic dimension names */
@@ -75,7 +84,7 @@ kiln_status_t kiln_vm_program_load(kiln_module_t* library, const kiln_library_in
                                    kiln_vm_program_t** out_program);
 void kiln_vm_program_free(kiln_vm_program_t* program);
 
-/* "LOAD_CONST" ... "RET", or "opcode?" for others. */
+/* "LOAD_CONST" ... "IF", or "opcode?" for others. */
 const char* kiln_vm_opcode_name(uint32_t op);
 
 /* Sets *out_nbytes to the bytes of a compact tensor of `shape` (extents >= 0) and element size

@@ -11,7 +11,7 @@
 
 #include "vm.h"
 
-#define FORMAT_VERSION 1u
+#define FORMAT_VERSION 2u /* 2 added IF and function flags */
 #define HEADER_SIZE 64u
 #define SECTION_ENTRY_SIZE 24u
 #define OPTIONAL_SECTION_BASE 0x100u
@@ -31,7 +31,8 @@ static const char* section_name(uint32_t kind) {
 const char* kiln_vm_opcode_name(uint32_t op) {
   static const char* const names[] = {"opcode?",  "LOAD_CONST", "ALLOC_ARENA",
                                       "ALLOC_OUTPUT", "CALL_KERNEL", "CALL_EXTERN",
-                                      "MAKE_TUPLE", "GET_ITEM",   "MOVE",      "RET"};
+                                      "MAKE_TUPLE", "GET_ITEM",   "MOVE",      "RET",
+                                      "IF"};
   return op < KILN_NUM_OPCODES ? names[op] : "opcode?";
 }
 
@@ -172,6 +173,7 @@ static int64_t utf8_error(const uint8_t* s, uint64_t n) {
 typedef struct {
   uint64_t offset[NUM_SECTIONS + 1], size[NUM_SECTIONS + 1]; /* by kind */
   uint32_t target;
+  uint32_t version;
 } layout_t;
 
 typedef struct {
@@ -291,6 +293,7 @@ static kiln_status_t check_header(const uint8_t* blob, uint64_t size, layout_t* 
       return kiln_error(BAD, "executable: reserved header byte %u is 0x%x (must be 0)", i,
                         (unsigned)blob[i]);
   out->target = (uint32_t)load_le(blob + 28, 4);
+  out->version = version;
   return check_sections(blob, size, (uint32_t)load_le(blob + 24, 4), load_le(blob + 32, 8), out);
 }
 
@@ -439,6 +442,7 @@ typedef struct {
   uint32_t pc;         /* instruction number */
   uint32_t op;
   uint64_t offset;     /* of the instruction in the blob */
+  uint32_t version;    /* of the blob's format */
 } where_t;
 
 static kiln_status_t code_fail(const where_t* w, const char* fmt, ...) KILN_PRINTF_FORMAT(2, 3);
@@ -456,8 +460,8 @@ static kiln_status_t code_fail(const where_t* w, const char* fmt, ...) {
 
 /* Operand counts: fixed ones, and for variable ones the fixed prefix (whose last operand counts
  * the rest: ndim or nargs). */
-static const uint8_t kFixedOperands[KILN_NUM_OPCODES] = {0, 2, 0, 0, 0, 0, 0, 3, 2, 1};
-static const uint8_t kPrefixOperands[KILN_NUM_OPCODES] = {0, 0, 6, 5, 2, 2, 2, 0, 0, 0};
+static const uint8_t kFixedOperands[KILN_NUM_OPCODES] = {0, 2, 0, 0, 0, 0, 0, 3, 2, 1, 0};
+static const uint8_t kPrefixOperands[KILN_NUM_OPCODES] = {0, 0, 6, 5, 2, 2, 2, 0, 0, 0, 5};
 
 static kiln_status_t check_reg(const where_t* w, int64_t r, const char* what) {
   if (r < 0 || (uint64_t)r >= w->f->num_registers)
@@ -511,6 +515,8 @@ static kiln_status_t check_instr(const where_t* w, kiln_vm_instr_t* in, size_t* 
   const int64_t* o = in->ops;
   uint32_t n = in->num_ops, op = in->op;
   if (op == 0 || op >= KILN_NUM_OPCODES) return code_fail(w, "unknown opcode %u", (unsigned)op);
+  if (op == KILN_OP_IF && w->version < 2)
+    return code_fail(w, "IF needs format version 2, the blob says %u", (unsigned)w->version);
   if (kFixedOperands[op] && n != kFixedOperands[op])
     return code_fail(w, "takes %u operands, got %u", (unsigned)kFixedOperands[op], (unsigned)n);
   if (kPrefixOperands[op]) {
@@ -553,6 +559,14 @@ static kiln_status_t check_instr(const where_t* w, kiln_vm_instr_t* in, size_t* 
     case KILN_OP_MOVE:
       TRY(check_reg(w, o[0], "dst"));
       return check_reg(w, o[1], "src");
+    case KILN_OP_IF:
+      /* dst, cond, then, else, nargs, args: the callees are checked once all functions are
+       * loaded (check_calls). */
+      TRY(check_reg(w, o[0], "dst"));
+      TRY(check_reg(w, o[1], "cond"));
+      for (uint32_t j = 5; j < n; ++j) TRY(check_reg(w, o[j], "argument"));
+      if ((uint64_t)o[4] > *max_args) *max_args = (uint64_t)o[4];
+      return KILN_OK;
     default: /* RET */
       return check_reg(w, o[0], "src");
   }
@@ -560,8 +574,8 @@ static kiln_status_t check_instr(const where_t* w, kiln_vm_instr_t* in, size_t* 
 
 /* Decodes and checks [code_offset, code_offset + code_size) and lays out the call frame. */
 static kiln_status_t load_code(kiln_vm_program_t* p, kiln_vm_function_t* f, uint32_t index,
-                               const uint8_t* blob, uint64_t start, uint64_t end) {
-  where_t w = {p, f, index, 0, 0, start};
+                               const uint8_t* blob, uint64_t start, uint64_t end, uint32_t version) {
+  where_t w = {p, f, index, 0, 0, start, version};
   /* Pass 1: framing. Every instruction takes >= 8 bytes, so the counts below are bounded. */
   uint64_t pos = start, count = 0, total_ops = 0;
   uint32_t last = 0;
@@ -623,6 +637,13 @@ static kiln_status_t load_function(kiln_vm_program_t* p, cursor_t* c, uint32_t k
   kiln_vm_function_t* f = &p->functions[k];
   uint64_t num_params, num_regs, num_sym, code_offset, code_size;
   TRY(read_string(c, p, "name", &f->name));
+  if (l->version >= 2) {
+    uint64_t flags;
+    READ(c, 4, "flags", flags);
+    if (flags & ~(uint64_t)KILN_VM_FUNCTION_PRIVATE)
+      return fail(c, BAD, "function '%s': unknown flags 0x%llx", f->name, (unsigned long long)flags);
+    f->flags = (uint32_t)flags;
+  }
   READ(c, 4, "num_params", num_params);
   READ(c, 4, "num_registers", num_regs);
   READ(c, 4, "num_sym", num_sym);
@@ -708,7 +729,62 @@ static kiln_status_t load_function(kiln_vm_program_t* p, cursor_t* c, uint32_t k
   for (uint32_t j = 0; j < k; ++j)
     if (strcmp(p->functions[j].name, f->name) == 0)
       return fail(c, BAD, "function name '%s' is used twice (also entry %u)", f->name, (unsigned)j);
-  return load_code(p, f, k, c->blob, code_offset, code_offset + code_size);
+  return load_code(p, f, k, c->blob, code_offset, code_offset + code_size, l->version);
+}
+
+/* IF targets: in range, called with their parameter count, and nested at most
+ * KILN_VM_MAX_CALL_DEPTH deep, which also rules out recursion (the interpreter recurses on IF).
+ * depth[k]: 0 unknown, -1 being visited, else 1 + the deepest callee. */
+static kiln_status_t check_callees(const kiln_vm_program_t* p, uint32_t k, int32_t* depth,
+                                   int32_t level) {
+  const kiln_vm_function_t* f = &p->functions[k];
+  if (level > KILN_VM_MAX_CALL_DEPTH)
+    return kiln_error(BAD, "executable: IF calls nest deeper than %d functions (at '%s')",
+                      KILN_VM_MAX_CALL_DEPTH, f->name);
+  depth[k] = -1;
+  int32_t deepest = 0;
+  for (uint32_t i = 0; i < f->num_instrs; ++i) {
+    const kiln_vm_instr_t* in = &f->code[i];
+    if (in->op != KILN_OP_IF) continue;
+    for (int b = 2; b <= 3; ++b) {
+      int64_t g = in->ops[b];
+      if (g < 0 || (uint64_t)g >= p->num_functions)
+        return kiln_error(BAD, "executable: function %u '%s': instruction %u (IF): function index "
+                          "%lld out of range (%u functions)", (unsigned)k, f->name, (unsigned)i,
+                          (long long)g, (unsigned)p->num_functions);
+      const kiln_vm_function_t* callee = &p->functions[g];
+      if (in->ops[4] != callee->sig.num_params)
+        return kiln_error(BAD, "executable: function %u '%s': instruction %u (IF): passes %lld "
+                          "arguments to '%s', which takes %d", (unsigned)k, f->name, (unsigned)i,
+                          (long long)in->ops[4], callee->name, (int)callee->sig.num_params);
+      if (depth[g] == -1)
+        return kiln_error(BAD, "executable: function '%s' reaches itself through IF ('%s' calls "
+                          "'%s'); recursion is not allowed", callee->name, f->name, callee->name);
+      if (depth[g] == 0) TRY(check_callees(p, (uint32_t)g, depth, level + 1));
+      if (depth[g] > deepest) deepest = depth[g];
+    }
+  }
+  depth[k] = deepest + 1;
+  if (level + deepest > KILN_VM_MAX_CALL_DEPTH)
+    return kiln_error(BAD, "executable: IF calls nest deeper than %d functions (at '%s')",
+                      KILN_VM_MAX_CALL_DEPTH, f->name);
+  return KILN_OK;
+}
+
+static kiln_status_t check_calls(kiln_vm_program_t* p) {
+  int32_t* depth = kiln_mem_calloc((size_t)p->num_functions * sizeof *depth + 1);
+  p->public_functions = kiln_mem_alloc((size_t)p->num_functions * sizeof *p->public_functions + 1);
+  if (!depth || !p->public_functions) {
+    kiln_mem_free(depth);
+    return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory loading %u functions", (unsigned)p->num_functions);
+  }
+  kiln_status_t st = KILN_OK;
+  for (uint32_t k = 0; k < p->num_functions && st == KILN_OK; ++k)
+    if (depth[k] == 0) st = check_callees(p, k, depth, 1);
+  kiln_mem_free(depth);
+  for (uint32_t k = 0; k < p->num_functions; ++k)
+    if (!(p->functions[k].flags & KILN_VM_FUNCTION_PRIVATE)) p->public_functions[p->num_public++] = k;
+  return st;
 }
 
 static kiln_status_t load_functions(kiln_vm_program_t* p, const uint8_t* blob, const layout_t* l) {
@@ -730,7 +806,7 @@ static kiln_status_t load_functions(kiln_vm_program_t* p, const uint8_t* blob, c
     p->num_functions = k + 1; /* so that a failure frees what this one allocated */
     TRY(load_function(p, &c, k, l, &params_used, &dims_used, &names_used));
   }
-  return KILN_OK;
+  return check_calls(p);
 }
 
 /* ---- the whole blob ---------------------------------------------------------------------------- */
@@ -741,6 +817,7 @@ void kiln_vm_program_free(kiln_vm_program_t* p) {
   for (uint32_t i = 0; i < p->num_functions; ++i) kiln_mem_free(p->functions[i].code);
   kiln_mem_free(p->constants);
   kiln_mem_free(p->functions);
+  kiln_mem_free(p->public_functions);
   kiln_mem_free(p->params_pool);
   kiln_mem_free(p->dims_pool);
   kiln_mem_free(p->names_pool);

@@ -55,14 +55,15 @@ def section_start(blob: bytes, kind: Section) -> int:
 
 
 def first_function(blob: bytes):
-    """Byte offsets of the fields of the first FUNCTIONS entry (name, num_params, num_registers,
-    num_sym, sym_names, arena_size, code_offset, code_size, first param)."""
+    """Byte offsets of the fields of the first FUNCTIONS entry (format version 2: name, flags,
+    num_params, num_registers, num_sym, sym_names, arena_size, code_offset, code_size, first
+    param)."""
     base = section_start(blob, Section.FUNCTIONS) + 4
-    num_sym = struct.unpack_from("<I", blob, base + 12)[0]
-    after_syms = base + 16 + 4 * num_sym
-    return {"name": base, "num_params": base + 4, "num_registers": base + 8, "num_sym": base + 12,
-            "sym_names": base + 16, "arena_size": after_syms, "code_offset": after_syms + 8,
-            "code_size": after_syms + 16, "param0": after_syms + 24}
+    num_sym = struct.unpack_from("<I", blob, base + 16)[0]
+    after_syms = base + 20 + 4 * num_sym
+    return {"name": base, "flags": base + 4, "num_params": base + 8, "num_registers": base + 12,
+            "num_sym": base + 16, "sym_names": base + 20, "arena_size": after_syms,
+            "code_offset": after_syms + 8, "code_size": after_syms + 16, "param0": after_syms + 24}
 
 
 __all__ = ["sample_spec", "sections", "patch", "section_start", "first_function", "HEADER_SIZE"]

@@ -176,7 +176,7 @@ def _corruptions():
     return [
         ("short", lambda b: b[:40], "shorter than the 64-byte header"),
         ("magic", lambda b: b"KILNEXF\0" + b[8:], "bad magic"),
-        ("newer", lambda b: patch(b, 8, "I", 2), "format version 2 is newer than this runtime supports \\(1\\)"),
+        ("newer", lambda b: patch(b, 8, "I", 3), "format version 3 is newer than this runtime supports \\(2\\)"),
         ("version0", lambda b: patch(b, 8, "I", 0), "format_version 0"),
         ("header_size", lambda b: patch(b, 12, "I", 72), "header_size 72"),
         ("truncated", lambda b: b[:-8], "does not match the"),

@@ -11,9 +11,10 @@ from typing import List
 import numpy as np
 
 from ..ir import dtype as dt
-from .format import (ALIGN, FORMAT_VERSION, HEADER_SIZE, MAGIC, MAX_NDIM, MAX_SYMS, OPTIONAL_SECTION_BASE, SECTION_ENTRY_SIZE,
+from .format import (ALIGN, FORMAT_VERSION, FUNCTION_PRIVATE, HEADER_SIZE, MAGIC, MAX_NDIM, MAX_SYMS,
+                     MIN_FORMAT_VERSION_WITH_FLAGS, OPTIONAL_SECTION_BASE, SECTION_ENTRY_SIZE,
                      ExecutableSpec, FormatError, FunctionSpec, Instruction, ParamSpec, Section,
-                     _check_code, _check_function, dtype_from_dl, dtype_nbytes)
+                     _check_calls, _check_code, _check_function, dtype_from_dl, dtype_nbytes)
 
 
 class _Cursor:
@@ -173,8 +174,12 @@ def deserialize(blob: bytes) -> ExecutableSpec:
     functions = []
     for k in range(c.one("I")):
         at = c.pos
-        name_idx, num_params, num_registers, num_sym = c.read("IIII")
+        name_idx = c.one("I")
+        flags = c.one("I") if version >= MIN_FORMAT_VERSION_WITH_FLAGS else 0
+        num_params, num_registers, num_sym = c.read("III")
         name = string(name_idx, f"FUNCTIONS: function {k} (byte {at}) name")
+        if flags & ~FUNCTION_PRIVATE:
+            raise FormatError(f"FUNCTIONS: function '{name}' (byte {at}): unknown flags {flags:#x}")
         if num_sym > MAX_SYMS:
             raise FormatError(f"FUNCTIONS: function '{name}' (byte {at}): num_sym {num_sym} exceeds the "
                               f"limit of {MAX_SYMS}")
@@ -203,13 +208,18 @@ def deserialize(blob: bytes) -> ExecutableSpec:
             raise FormatError(f"FUNCTIONS: function '{name}' (byte {at}): code [{code_offset}, "
                               f"{code_offset + code_size}) lies outside BYTECODE [{bc_start}, {bc_end})")
         code = _read_code(blob, name, code_offset, code_offset + code_size)
-        f = FunctionSpec(name, params, sym_names, num_registers, arena_size, [ins for ins, _ in code])
+        f = FunctionSpec(name, params, sym_names, num_registers, arena_size, [ins for ins, _ in code],
+                         private=bool(flags & FUNCTION_PRIVATE))
         _check_function(f)
         offsets = [o for _, o in code]
         _check_code(f, len(constants), len(kernels), len(externs), where=lambda i: f" (byte {offsets[i]})")
         if any(g.name == name for g in functions):
             raise FormatError(f"FUNCTIONS: function {k} (byte {at}): duplicate function name '{name}'")
+        if version < 2 and any(int(ins.opcode) == 10 for ins in f.code):
+            raise FormatError(f"FUNCTIONS: function '{name}': opcode 10 (IF) needs format version 2, "
+                              f"the blob says {version}")
         functions.append(f)
+    _check_calls(functions)
     return ExecutableSpec(target, kernels, externs, constants, functions)
 
 

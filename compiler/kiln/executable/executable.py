@@ -71,7 +71,7 @@ class Executable:
 
     @property
     def function_names(self) -> List[str]:
-        return [f.name for f in self.spec.functions]
+        return [f.name for f in self.spec.functions if not f.private]
 
     def export_library(self, path: Union[str, os.PathLike]) -> str:
         """Copy the library (machine code + executable blob) to ``path``; returns the path.

@@ -33,7 +33,10 @@ import numpy as np
 from ..ir import dtype as dt
 
 MAGIC = b"KILNEXE\0"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+# Version 2 added IF (control flow) and the FUNCTIONS entry's flags (private functions).
+MIN_FORMAT_VERSION_WITH_FLAGS = 2
+FUNCTION_PRIVATE = 1  # FUNCTIONS flags bit: callable only through IF, not from the VM module
 HEADER_SIZE = 64
 SECTION_ENTRY_SIZE = 24
 ALIGN = 64
@@ -56,6 +59,7 @@ OPTIONAL_SECTION_BASE = 0x100
 MAX_NDIM = 64
 MAX_SYMS = 64
 MAX_REGISTERS = 1 << 20
+MAX_CALL_DEPTH = 64  # IF calls nest at most this many functions deep (the VM recurses on IF)
 # The VM module's own functions: a graph function may not take these names.
 RESERVED_NAMES = ("init", "profile")
 
@@ -70,6 +74,7 @@ class Op(enum.IntEnum):
     GET_ITEM = 7
     MOVE = 8
     RET = 9
+    IF = 10
 
 
 class FormatError(ValueError):
@@ -115,6 +120,7 @@ class FunctionSpec:
     num_registers: int
     arena_size: int
     code: List[Instruction]
+    private: bool = False   # a branch of an IF: not exposed by the VM module
 
 
 @dataclass
@@ -178,7 +184,7 @@ def align_up(n: int, a: int = ALIGN) -> int:
 # Operand counts: fixed prefix, and which operand (if any) counts the variable tail.
 _FIXED = {Op.LOAD_CONST: 2, Op.GET_ITEM: 3, Op.MOVE: 2, Op.RET: 1}
 _VARIADIC = {Op.ALLOC_ARENA: (6, 5), Op.ALLOC_OUTPUT: (5, 4), Op.CALL_KERNEL: (2, 1),
-             Op.CALL_EXTERN: (2, 1), Op.MAKE_TUPLE: (2, 1)}
+             Op.CALL_EXTERN: (2, 1), Op.MAKE_TUPLE: (2, 1), Op.IF: (5, 4)}
 
 
 # ---- writer --------------------------------------------------------------------------------
@@ -234,7 +240,8 @@ def serialize(spec: ExecutableSpec) -> bytes:
     def functions_blob(code_base: int) -> bytes:
         out = bytearray(struct.pack("<I", len(spec.functions)))
         for f, (start, size) in zip(spec.functions, code_ranges):
-            out += struct.pack("<IIII", strings(f.name), len(f.params), f.num_registers, len(f.sym_names))
+            out += struct.pack("<IIIII", strings(f.name), FUNCTION_PRIVATE if f.private else 0, len(f.params),
+                               f.num_registers, len(f.sym_names))
             out += struct.pack(f"<{len(f.sym_names)}I", *[strings(s) for s in f.sym_names])
             out += struct.pack("<QQQ", f.arena_size, code_base + start, size)
             for i, p in enumerate(f.params):
@@ -376,6 +383,12 @@ def _check_code(f: FunctionSpec, num_consts: int, num_kernels: int, num_externs:
             reg(i, ops[1], "src")
         elif op == Op.RET:
             reg(i, ops[0], "src")
+        elif op == Op.IF:
+            reg(i, ops[0], "dst")
+            reg(i, ops[1], "cond")
+            for r in ops[5:]:
+                reg(i, r, "argument")
+            # Function indices, argument counts and recursion: _check_calls (needs every function).
     if not f.code or int(f.code[-1].opcode) != Op.RET:
         raise FormatError(f"function '{f.name}': code does not end with RET")
 
@@ -407,6 +420,46 @@ def _check_function(f: FunctionSpec) -> None:
             raise FormatError(f"function '{f.name}': symbolic dimension '{s}' appears in no parameter shape")
 
 
+def _check_calls(functions: Sequence[FunctionSpec]) -> None:
+    """IF targets: function indices in range, argument counts equal to the callee's parameter
+    count, no recursion and at most ``MAX_CALL_DEPTH`` nested functions (the VM recurses on IF)."""
+    callees: Dict[int, List[int]] = {}
+    for k, f in enumerate(functions):
+        callees[k] = []
+        for i, ins in enumerate(f.code):
+            if int(ins.opcode) != Op.IF:
+                continue
+            ops = [int(o) for o in ins.operands]
+            for g in ops[2:4]:
+                if not 0 <= g < len(functions):
+                    raise FormatError(f"function '{f.name}': instruction {i}: IF function index {g} out of "
+                                      f"range ({len(functions)} functions)")
+                if ops[4] != len(functions[g].params):
+                    raise FormatError(f"function '{f.name}': instruction {i}: IF passes {ops[4]} arguments "
+                                      f"to '{functions[g].name}', which takes {len(functions[g].params)}")
+                callees[k].append(g)
+    depth = [0] * len(functions)  # 0 unvisited, -1 on the current path, else nesting depth
+
+    def visit(k, path):
+        if len(path) + 1 > MAX_CALL_DEPTH:
+            raise FormatError(f"IF calls nest deeper than {MAX_CALL_DEPTH} functions (at '{functions[k].name}')")
+        depth[k] = -1
+        deepest = 0
+        for g in callees[k]:
+            if depth[g] == -1:
+                cycle = " -> ".join(functions[j].name for j in path + [k, g])
+                raise FormatError(f"IF calls form a cycle ({cycle}); recursion is not allowed")
+            if depth[g] == 0:
+                visit(g, path + [k])
+            deepest = max(deepest, depth[g])
+        depth[k] = deepest + 1
+        if len(path) + depth[k] > MAX_CALL_DEPTH:
+            raise FormatError(f"IF calls nest deeper than {MAX_CALL_DEPTH} functions (at '{functions[k].name}')")
+    for k in range(len(functions)):
+        if depth[k] == 0:
+            visit(k, [])
+
+
 def validate(spec: ExecutableSpec) -> None:
     """Check a spec against the format's rules; raises ``FormatError``."""
     names = [f.name for f in spec.functions]
@@ -432,6 +485,7 @@ def validate(spec: ExecutableSpec) -> None:
                 raise FormatError(f"{f.name}: parameter {i} '{p.name}': {e}") from None
             _shape_codes(p.shape, f.sym_names, f"{f.name}: parameter {i} '{p.name}'")
         _check_code(f, len(spec.constants), len(spec.kernels), len(spec.externs))
+    _check_calls(spec.functions)
 
 
 def disassemble(spec: ExecutableSpec) -> str:
@@ -442,7 +496,8 @@ def disassemble(spec: ExecutableSpec) -> str:
     lines += [f"const {i}: {c.dtype}{list(c.shape)}" for i, c in enumerate(spec.constants)]
     for f in spec.functions:
         params = ", ".join(f"{p.name}: {p.dtype}{list(p.shape)}" for p in f.params)
-        lines.append(f"function {f.name}({params})  registers={f.num_registers} arena={f.arena_size}")
+        private = "private " if f.private else ""
+        lines.append(f"{private}function {f.name}({params})  registers={f.num_registers} arena={f.arena_size}")
         lines += [f"  {i:4d}  {ins!r}" for i, ins in enumerate(f.code)]
     return "\n".join(lines)
 

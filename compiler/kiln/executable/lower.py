@@ -17,7 +17,11 @@ How one function becomes code:
 - an output lives in the arena (``ALLOC_ARENA`` at the offset ``plan.plan_memory`` chose) when
   its shape is static and it cannot escape the call; it is ``ALLOC_OUTPUT`` when it may be
   returned (directly, through an alias, or inside a returned tuple) or its shape is symbolic;
-- tuples are ``MAKE_TUPLE`` / ``GET_ITEM``; the body ends with ``RET``.
+- tuples are ``MAKE_TUPLE`` / ``GET_ITEM``; the body ends with ``RET``;
+- ``call_if(cond, then_f, else_f, args)`` is ``IF dst, cond, then_f, else_f, args``: the VM
+  calls one of the two graph functions (marked private when their ``"private"`` attribute is
+  set). The callee allocates its own results, and may return one of its arguments, so the
+  result is treated as possibly aliasing every argument: those stay live (and escape) with it.
 """
 from __future__ import annotations
 
@@ -28,8 +32,8 @@ import numpy as np
 
 from ..ir.expr import IntImm, Var
 from ..ir.function import IRModule, PrimFunc
-from ..ir.graph import (Call, Constant, ExternFunc, Function, GlobalVar, GraphExpr, GraphVar, TensorType,
-                        Tuple as GTuple, TupleGetItem, TupleType)
+from ..ir.graph import (BUILTIN_OPS, Call, Constant, ExternFunc, Function, GlobalVar, GraphExpr, GraphVar,
+                        TensorType, Tuple as GTuple, TupleGetItem, TupleType)
 from .format import (RESERVED_NAMES, ExecutableSpec, FunctionSpec, Instruction, Op, ParamSpec, dtype_nbytes,
                      dtype_to_dl)
 from .plan import Alloc, MemoryPlan, plan_memory
@@ -39,7 +43,7 @@ class LowerError(ValueError):
     """A graph function that cannot become bytecode; the message names the function and binding."""
 
 
-BUILTINS = ("call_tir", "call_dps_packed")
+BUILTINS = BUILTIN_OPS
 
 
 class Tables:
@@ -50,6 +54,7 @@ class Tables:
         self.externs: List[str] = []
         self.constants: List[np.ndarray] = []
         self._const_keys: Dict[tuple, List[int]] = {}
+        self.functions: Dict[str, int] = {}  # graph function name -> index in the executable
 
     @staticmethod
     def _index(table: List[str], name: str) -> int:
@@ -182,6 +187,9 @@ class _FunctionLowering:
             if isinstance(v, Call):
                 if v.op not in BUILTINS:
                     raise LowerError(f"{self._where(i)}: {_op_hint(v.op)}")
+                if v.op == "call_if":
+                    trees[b.var] = self._analyse_if(i, v, tree, last)
+                    continue
                 args = tree(v.args[1], i)
                 for a in _flatten(args):
                     last[a] = i
@@ -210,6 +218,25 @@ class _FunctionLowering:
             allocs.append(Alloc(k, nbytes, first[k], last[k]))
         self.arena_ids = {a.key for a in allocs}
         self.plan = plan_memory(allocs)
+
+    def _analyse_if(self, i: int, call: Call, tree, last) -> object:
+        """The alias tree of a ``call_if`` result: anything it returns may be one of its
+        arguments (a branch may return an argument), so every field may alias all of them."""
+        if len(call.args) != 4 or not isinstance(call.args[3], GTuple):
+            raise LowerError(f"{self._where(i)}: call_if takes (cond, then_func, else_func, (args...))")
+        cond, then_f, else_f, args = call.args
+        for gv in (then_f, else_f):
+            if not isinstance(gv, GlobalVar) or gv.name not in self.tables.functions:
+                raise LowerError(f"{self._where(i)}: call_if branch {gv!r} is not a graph function of the "
+                                 f"module (graph functions: {sorted(self.tables.functions)})")
+        if not isinstance(cond.ty, TensorType):
+            raise LowerError(f"{self._where(i)}: call_if condition must be a tensor, got {cond.ty!r}")
+        used = _flatten((tree(cond, i), tree(args, i)))
+        for a in used:
+            last[a] = i
+        if isinstance(call.ty, TupleType):
+            return tuple(used for _ in call.ty.fields)
+        return used
 
     # ---- emission -------------------------------------------------------------------------
     def emit(self) -> FunctionSpec:
@@ -252,9 +279,16 @@ class _FunctionLowering:
                 regs[b.var] = value(v, i)
         code.append(Instruction(Op.RET, [value(self.func.body, len(self.bindings))]))
         return FunctionSpec(self.name, self.params, list(self.sym_names), counter[0],
-                            self.plan.arena_size, code)
+                            self.plan.arena_size, code, private=bool(self.func.attr("private", False)))
 
     def _emit_call(self, i, call: Call, value, new_reg, code) -> int:
+        if call.op == "call_if":
+            cond, then_f, else_f, args = call.args
+            regs = [value(cond, i)] + [value(f, i) for f in args.fields]
+            dst = new_reg()
+            code.append(Instruction(Op.IF, [dst, regs[0], self.tables.functions[then_f.name],
+                                            self.tables.functions[else_f.name], len(regs) - 1, *regs[1:]]))
+            return dst
         callee, args = call.args[0], call.args[1]
         fields = args.fields if isinstance(args, GTuple) else None
         if fields is None:
@@ -320,6 +354,8 @@ def lower_module(mod: IRModule, target: str) -> Tuple[ExecutableSpec, Dict[str, 
     check_lowerable(mod)
     prims = {n: f for n, f in mod.items() if isinstance(f, PrimFunc)}
     tables = Tables()
+    tables.functions = {name: k for k, (name, _) in
+                        enumerate((n, f) for n, f in mod.items() if isinstance(f, Function))}
     functions, plans = [], {}
     for name, func in mod.items():
         if isinstance(func, Function):

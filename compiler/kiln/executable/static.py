@@ -68,7 +68,7 @@ define i32 @{syms['create']}(ptr %out) {{
 def _header(ex, name: str, syms: Dict[str, str]) -> str:
     guard = f"KILN_MODEL_{name.upper()}_H_"
     lines = []
-    for f in ex.spec.functions:
+    for f in (f for f in ex.spec.functions if not f.private):
         args = ", ".join(f"{p.name}: {p.dtype}[{', '.join(str(d) for d in p.shape)}]" for p in f.params)
         lines.append(f" *   {f.name}({args})")
     sigs = "\n".join(lines) or " *   (none)"

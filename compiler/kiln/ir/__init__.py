@@ -18,5 +18,5 @@ from .analysis import infer_access_regions
 from . import graph
 from .graph import (Binding, BindingBlock, Call as GraphCall, Constant, ExternFunc, Function,
                     GlobalVar, GraphExpr, GraphVar, TensorType, Tuple as GraphTuple, TupleGetItem,
-                    TupleType, Type, call_dps_packed, call_tir)
+                    TupleType, Type, call_dps_packed, call_if, call_tir)
 from .graph_builder import FunctionBuilder

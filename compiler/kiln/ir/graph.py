@@ -13,6 +13,9 @@ Builtin call ops (all other op names are operators of ``kiln.ops``):
   ``out_type`` and run the PrimFunc ``f`` on ``args`` + outputs (destination-passing style).
 - ``Call("call_dps_packed", (ExternFunc("env.relu"), Tuple(args)), ty=out_type)``: the same
   with an external function looked up by name at VM init.
+- ``Call("call_if", (cond, GlobalVar("then_f"), GlobalVar("else_f"), Tuple(args)), ty=out_type)``:
+  call graph function ``then_f`` on ``args`` if the one-element tensor ``cond`` is nonzero, else
+  ``else_f``; both take ``args`` and return ``out_type`` (control flow: ONNX ``If``).
 
 >>> x = GraphVar("x", TensorType((1, 784), "float32"))
 >>> x.ty.shape[1].value
@@ -175,6 +178,10 @@ class Call(GraphExpr):
         return default
 
 
+# Call ops that are not operators of kiln.ops.
+BUILTIN_OPS = ("call_tir", "call_dps_packed", "call_if")
+
+
 def call_tir(func: Union[str, GlobalVar], args, out_ty: Type) -> Call:
     gv = func if isinstance(func, GlobalVar) else GlobalVar(func)
     return Call("call_tir", (gv, args if isinstance(args, Tuple) else Tuple(tuple(args))), (), out_ty)
@@ -183,6 +190,19 @@ def call_tir(func: Union[str, GlobalVar], args, out_ty: Type) -> Call:
 def call_dps_packed(name: Union[str, ExternFunc], args, out_ty: Type) -> Call:
     ef = name if isinstance(name, ExternFunc) else ExternFunc(name)
     return Call("call_dps_packed", (ef, args if isinstance(args, Tuple) else Tuple(tuple(args))), (), out_ty)
+
+
+def call_if(cond: GraphExpr, then_func: Union[str, GlobalVar], else_func: Union[str, GlobalVar],
+            args, out_ty: Type) -> Call:
+    """``then_func(*args)`` if ``cond`` (a one-element bool or integer tensor) is nonzero, else
+    ``else_func(*args)``; both are graph functions of the module returning ``out_ty``.
+
+    >>> c = GraphVar("c", TensorType((), "bool"))
+    >>> call_if(c, "f_then", "f_else", [c], TensorType((), "bool")).args[1].name
+    'f_then'
+    """
+    gvs = tuple(f if isinstance(f, GlobalVar) else GlobalVar(f) for f in (then_func, else_func))
+    return Call("call_if", (cond, *gvs, args if isinstance(args, Tuple) else Tuple(tuple(args))), (), out_ty)
 
 
 # ---- bindings and functions ----------------------------------------------------------------

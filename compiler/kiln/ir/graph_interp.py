@@ -3,7 +3,8 @@ binding at a time, with each operator's numpy ``reference`` from ``kiln.ops`` (t
 everything compiled is checked against, as ``evaluator`` is for tensor programs).
 
 ``call_tir`` runs the module's PrimFunc with the tensor-IR ``evaluator`` (pass ``mod``);
-``call_dps_packed`` calls a Python function from ``extern`` (``name -> fn(*inputs, *outputs)``).
+``call_dps_packed`` calls a Python function from ``extern`` (``name -> fn(*inputs, *outputs)``);
+``call_if`` interprets the branch function the condition picks.
 
 Every value is checked against its inferred type as it is computed: symbolic dimensions are
 bound from the arguments (``n`` is whatever the first tensor with ``n`` says) and every later
@@ -139,7 +140,20 @@ class _Interp:
             return value
         return v
 
+    def call_if(self, c: Call):
+        cond, then_f, else_f, args = c.args
+        flag = np.asarray(self.eval(cond))
+        if flag.size != 1:
+            raise InterpretError(f"call_if: the condition must have one element, got shape {flag.shape}")
+        name = (then_f if flag.reshape(-1)[0] else else_f).name
+        if self.mod is None or not isinstance(self.mod.functions.get(name), Function):
+            raise InterpretError(f"call_if calls graph function {name!r}: pass the IRModule (mod=mod)")
+        return interpret(self.mod[name], [self.eval(a) for a in args.fields], mod=self.mod,
+                         extern=self.extern, check=self.check)
+
     def call(self, c: Call):
+        if c.op == "call_if":
+            return self.call_if(c)
         if c.op in ("call_tir", "call_dps_packed"):
             callee, args = c.args
             inputs = [self.eval(a) for a in args.fields]
@@ -177,7 +191,7 @@ def interpret(func, args: Sequence, *, mod: Optional[IRModule] = None,
     """
     if isinstance(func, IRModule):
         mod = func if mod is None else mod
-        graph = {k: f for k, f in func.items() if isinstance(f, Function)}
+        graph = {k: f for k, f in func.items() if isinstance(f, Function) and not f.attr("private")}
         name = "main" if "main" in graph else (next(iter(graph)) if len(graph) == 1 else None)
         if name is None:
             raise InterpretError(f"interpret: the module has graph functions {sorted(graph)}; pass one")

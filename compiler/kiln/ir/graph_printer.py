@@ -47,7 +47,7 @@ INLINE_LIMIT = 64           # constants with more elements print as metadata ref
 MODULE_REF = "Module"       # the class name the module printer writes; Module.f names function f
 # R.<name> spellings that are syntax, not operators (an op by one of these names prints with call_op).
 R_SYNTAX = frozenset({"function", "Tensor", "Tuple", "dataflow", "output", "func_attr", "const",
-                      "call_tir", "call_dps_packed", "call_op", "ExternFunc", "GlobalVar"})
+                      "call_tir", "call_dps_packed", "call_if", "call_op", "ExternFunc", "GlobalVar"})
 
 
 def constant_key(data: np.ndarray) -> str:
@@ -194,6 +194,9 @@ class GraphPrinter:
                 and c.ty is not None):
             parts = [quote(args[0].name), self.expr(args[1]), self.typ(c.ty)]
             return f"R.call_dps_packed({', '.join(parts + kw)})"
+        if c.op == "call_if" and len(args) == 4 and c.ty is not None:
+            parts = [self.expr(a) for a in args] + [self.typ(c.ty)]
+            return f"R.call_if({', '.join(parts + kw)})"
         parts = [self.expr(a) for a in args] + kw
         if _is_op_name(c.op):
             return f"R.{c.op}({', '.join(parts)})"

@@ -300,6 +300,8 @@ class _GraphParser:
         if fn in _NOT_VALUES:
             raise self.err(node, f"{fn}(...) is not a value here")
         attrs = self.kwargs(node)
+        if fn == "R.call_if":
+            return self.call_if(node, attrs)
         if fn in ("R.call_tir", "R.call_dps_packed"):
             if len(node.args) != 3:
                 raise self.err(node, f"{fn}(func, (args...), out_type) takes 3 positional arguments, "
@@ -331,6 +333,24 @@ class _GraphParser:
             return ops.call(op, *values, **attrs)
         except (ValueError, TypeError, IndexError, KeyError) as e:
             raise self.err(node, str(e)) from None
+
+    def call_if(self, node: ast.Call, attrs: dict):
+        """``R.call_if(cond, Module.then_f, Module.else_f, (args...), out_type)``."""
+        if len(node.args) != 5:
+            raise self.err(node, "R.call_if(cond, Module.then_f, Module.else_f, (args...), out_type) takes "
+                           f"5 positional arguments, got {len(node.args)}")
+        cond = self.expr(node.args[0])
+        branches = []
+        for f in node.args[1:3]:
+            target = self.expr(f)
+            if not isinstance(target, GlobalVar):
+                raise self.err(f, f"R.call_if branches are graph functions of the module, such as "
+                               f"{self.ctx.name or 'Module'}.f; got {brief(f)}")
+            branches.append(target)
+        args = self.expr(node.args[3])
+        if not isinstance(args.ty, TupleType):
+            raise self.err(node.args[3], f"the arguments of R.call_if are a tuple: ({brief(node.args[3])},)")
+        return Call("call_if", (cond, *branches, args), tuple(attrs.items()), self.typ(node.args[4]))
 
     def kwargs(self, node: ast.Call) -> dict:
         out = {}

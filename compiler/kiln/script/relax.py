@@ -88,6 +88,9 @@ BUILTINS = {
                  '`R.call_tir(Net.linear0, (x, w), R.Tensor((1, 128), "float32"))`.'),
     "call_dps_packed": ("Call an external function registered by name: "
                         '`R.call_dps_packed("env.relu", (x,), R.Tensor((1, 128), "float32"))`.'),
+    "call_if": ("Call one of two graph functions of the module on the same arguments: "
+                '`R.call_if(c, Net.then_f, Net.else_f, (x,), R.Tensor((1, 128), "float32"))` runs '
+                "`then_f(x)` if the one-element tensor `c` is nonzero, else `else_f(x)`."),
     "call_op": ('An operator whose name is not a plain identifier: `R.call_op("my-op", x, k=1)`.'),
     "ExternFunc": 'An external function as a value: `R.ExternFunc("env.relu")`.',
 }

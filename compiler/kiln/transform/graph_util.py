@@ -12,7 +12,7 @@ from typing import Callable, Dict, Iterator, List, Optional, Tuple
 
 from ..ir import IRModule
 from ..ir.functor import post_order_visit, transform
-from ..ir.graph import (Binding, BindingBlock, Call, Function, GlobalVar, GraphExpr, GraphVar)
+from ..ir.graph import (BUILTIN_OPS, Binding, BindingBlock, Call, Function, GlobalVar, GraphExpr, GraphVar)
 
 # Calls without side effects: operators and call_tir (destination-passing into fresh outputs).
 # call_dps_packed runs arbitrary registered code, so passes never drop or merge it outside
@@ -67,8 +67,8 @@ def is_pure(value: GraphExpr) -> bool:
 
 
 def is_op_call(value: GraphExpr) -> bool:
-    """True for a call of a ``kiln.ops`` operator (not a builtin like call_tir)."""
-    return isinstance(value, Call) and value.op not in ("call_tir", "call_dps_packed")
+    """True for a call of a ``kiln.ops`` operator (not a builtin like call_tir or call_if)."""
+    return isinstance(value, Call) and value.op not in BUILTIN_OPS
 
 
 class Emitter:

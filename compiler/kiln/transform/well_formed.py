@@ -67,3 +67,11 @@ def _check_function(mod: IRModule, name: str, func: Function, where: str) -> Non
             if n_in + n_out != len(prim.params):
                 fail(f"call_tir {target} passes {n_in} input(s) and {n_out} output(s), but the "
                      f"tensor program takes {len(prim.params)} parameter(s)")
+        if isinstance(call, Call) and call.op == "call_if":
+            for gv in call.args[1:3]:
+                callee = mod.functions.get(gv.name)
+                if not isinstance(callee, Function):
+                    fail(f"call_if names {gv.name!r}, which is not a graph function of the module")
+                if len(callee.params) != len(call.args[3].fields):
+                    fail(f"call_if passes {len(call.args[3].fields)} argument(s) to {gv.name!r}, which "
+                         f"takes {len(callee.params)}")
