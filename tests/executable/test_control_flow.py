@@ -160,3 +160,29 @@ def test_format_refuses_bad_if(code, msg):
     spec = _spec(_fn("main", code), _fn("b", [Instruction(Op.RET, [0])], private=True))
     with pytest.raises(FormatError, match=msg):
         serialize(spec)
+
+
+def test_bound_weights_move_into_the_branches():
+    """bind_params on main binds the weights main passes to If branches into the branches."""
+    from kiln.transform import bind_params
+    c = GraphVar("c", TensorType((), "bool"))
+    x = GraphVar("x", TensorType((2, 8), F32))
+    w = GraphVar("w", TensorType((8, 3), F32))
+    out_ty = TensorType((2, 3), F32)
+    fb = FunctionBuilder([c, x, w])
+    with fb.dataflow():
+        gv = fb.emit_output(call_if(c, "mm", "mm_relu", [x, w], out_ty))
+    mod = IRModule({"main": fb.finish(gv),
+                    "mm": _branch(lambda fb, a, b: ops.call("matmul", a, b), x.ty, w.ty),
+                    "mm_relu": _branch(lambda fb, a, b: ops.call("relu", fb.emit(ops.call("matmul", a, b))),
+                                       x.ty, w.ty)})
+    wv = np.random.default_rng(1).standard_normal((8, 3)).astype(F32)
+    bound = bind_params("main", {"w": wv})(mod)
+    assert [p.name for p in bound["main"].params] == ["c", "x"]
+    assert [p.name for p in bound["mm"].params] == ["p0"] and [p.name for p in bound["mm_relu"].params] == ["p0"]
+    vm = VirtualMachine(kiln.compile(bound, pipeline="default"), kiln.cpu())
+    xs = np.random.default_rng(2).standard_normal((2, 8)).astype(F32)
+    for flag in (True, False):
+        got = vm["main"](kiln.nd.array(np.array(flag)), kiln.nd.array(xs)).numpy()
+        want = xs @ wv if flag else np.maximum(xs @ wv, 0)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

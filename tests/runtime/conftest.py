@@ -104,6 +104,26 @@ def fixture_spec():
     return _fixture_spec
 
 
+def _if_spec():
+    """Control flow over the fixture kernels: pick(c: int32[1], x: float32[8]) = IF(c, plus1,
+    same, x) with private branches plus1(x) = x + 1 (kernel "main") and same(x) = x."""
+    from kiln.executable.format import ExecutableSpec, FunctionSpec, Instruction as I, Op, ParamSpec
+
+    x8 = ParamSpec("x", "float32", [8])
+    pick = FunctionSpec("pick", [ParamSpec("c", "int32", [1]), x8], [], 3, 0, [
+        I(Op.IF, [2, 0, 1, 2, 1, 1]), I(Op.RET, [2])])
+    plus1 = FunctionSpec("plus1", [x8], [], 2, 0, [
+        I(Op.ALLOC_OUTPUT, [1, 2, 32, 1, 1, 8]), I(Op.CALL_KERNEL, [0, 2, 0, 1]), I(Op.RET, [1])], private=True)
+    same = FunctionSpec("same", [x8], [], 1, 0, [I(Op.RET, [0])], private=True)
+    return ExecutableSpec("llvm -mtriple=x86_64-unknown-linux-gnu -mcpu=generic", ["main", "scale"], [], [],
+                          [pick, plus1, same])
+
+
+@pytest.fixture(scope="session")
+def if_spec():
+    return _if_spec
+
+
 @pytest.fixture(scope="session")
 def build_model(tmp_path_factory):
     """blob -> path of a shared library holding the fixture kernels and that executable blob,

@@ -18,10 +18,11 @@ RUNTIME = HERE.parents[1] / "runtime_c"
     ("asan", ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined"]),
     ("tsan", ["-fsanitize=thread"]),
 ])
-def test_vm_under_sanitizer(kernel_libs, build_model, fixture_spec, tmp_path, sanitizer, flags):
+def test_vm_under_sanitizer(kernel_libs, build_model, fixture_spec, if_spec, tmp_path, sanitizer, flags):
     subprocess.run(["make", "-s", "-j4", "-C", str(RUNTIME), sanitizer], check=True)
     blob = serialize(fixture_spec())
     (tmp_path / "blob.bin").write_bytes(blob)
+    (tmp_path / "if_blob.bin").write_bytes(serialize(if_spec()))
     exe = tmp_path / "vm_test"
     subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-g", "-O1", *flags,
                     f"-I{RUNTIME / 'include'}", str(HERE / "vm_test.c"),
@@ -32,7 +33,8 @@ def test_vm_under_sanitizer(kernel_libs, build_model, fixture_spec, tmp_path, sa
     env = dict(os.environ, ASAN_OPTIONS=f"detect_leaks=1:{limits}",
                TSAN_OPTIONS=f"halt_on_error=1:{limits}", UBSAN_OPTIONS="print_stacktrace=1")
     run = subprocess.run([str(exe), str(kernel_libs["fixture"]), str(tmp_path / "blob.bin"),
-                          str(build_model(blob))], capture_output=True, text=True, env=env,
+                          str(build_model(blob)), str(tmp_path / "if_blob.bin")],
+                         capture_output=True, text=True, env=env,
                          timeout=300)
     assert run.returncode == 0 and run.stdout.strip() == "ALL OK", run.stdout + run.stderr[-5000:]
     reports = [line for line in run.stderr.splitlines()

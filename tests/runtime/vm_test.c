@@ -1,10 +1,12 @@
 /* vm_test.c — the VM, tuples and the external-function registry through the C API, built with
  * -fsanitize=address,undefined (and thread) against the runtime's sanitizer builds, which have
  * allocation-failure injection. Run by test_vm_c.py:
- *   vm_test FIXTURE.so BLOB MODEL.so
+ *   vm_test FIXTURE.so BLOB MODEL.so IF_BLOB
  * FIXTURE.so: the fixture kernel library; BLOB: an executable over it (conftest.py's
  * fixture_spec: forward, quad, escape, ident; extern "test.relu_shift"); MODEL.so: the kernels
- * and that blob linked into one library. Prints "ALL OK" and exits 0 when every check passes. */
+ * and that blob linked into one library; IF_BLOB: an executable with control flow (if_spec:
+ * pick(c, x) = IF(c, plus1, same, x), the branches private). Prints "ALL OK" and exits 0 when
+ * every check passes. */
 #define _POSIX_C_SOURCE 200809L
 #include <dlfcn.h>
 #include <pthread.h>
@@ -45,6 +47,8 @@ static const DLDataType kF32 = {kDLFloat, 32, 1};
 static const kiln_library_info_t* g_info;
 static uint8_t* g_blob;
 static uint64_t g_blob_size;
+static uint8_t* g_if_blob;
+static uint64_t g_if_blob_size;
 
 static kiln_value_t tv(kiln_tensor_t* t) {
   kiln_value_t v;
@@ -406,6 +410,83 @@ static kiln_status_t scenario(void) {
   return st;
 }
 
+/* ---- IF: an executable with control flow (conftest.py's if_spec) ---------------------------- */
+
+static kiln_status_t call_pick(kiln_module_t* vm, int32_t cond, kiln_tensor_t* x, kiln_value_t* out) {
+  kiln_function_t* fn = NULL;
+  kiln_tensor_t* c = NULL;
+  int64_t one = 1;
+  DLDataType i32 = {kDLInt, 32, 1};
+  kiln_status_t st = kiln_module_get_function(vm, "pick", &fn);
+  if (!st) st = kiln_tensor_create(&one, 1, i32, kCPU, &c);
+  if (!st) {
+    *(int32_t*)kiln_tensor_dltensor(c)->data = cond;
+    kiln_value_t args[2];
+    args[0] = tv(c);
+    args[1] = tv(x);
+    st = kiln_function_call(fn, args, 2, out);
+  }
+  kiln_tensor_release(c);
+  kiln_function_release(fn);
+  return st;
+}
+
+/* try_blob for the IF executable: pick with both conditions. */
+static int try_if_blob(const uint8_t* blob, uint64_t size, kiln_tensor_t* x8) {
+  kiln_module_t* vm = NULL;
+  if (load(blob, size, &vm) != KILN_OK) {
+    CHECK(kiln_last_error()[0] != '\0');
+    return 0;
+  }
+  if (init(vm, NULL) == KILN_OK) {
+    for (int32_t c = 0; c < 2; ++c) {
+      kiln_value_t r = {KILN_VALUE_NULL, {0}};
+      if (call_pick(vm, c, x8, &r) == KILN_OK) kiln_value_release(&r);
+    }
+  }
+  kiln_module_release(vm);
+  return 1;
+}
+
+static void test_if(void) {
+  kiln_tensor_t* x8 = vec(8, 1);
+  kiln_module_t* vm = NULL;
+  CHECK_OK(load(g_if_blob, g_if_blob_size, &vm));
+  CHECK_OK(init(vm, NULL));
+  for (int32_t c = 0; c < 2; ++c) { /* c: plus1 (x + 1); else same (x) */
+    kiln_value_t r = {KILN_VALUE_NULL, {0}};
+    CHECK_OK(call_pick(vm, c, x8, &r));
+    CHECK(r.kind == KILN_VALUE_TENSOR);
+    for (int i = 0; r.kind == KILN_VALUE_TENSOR && i < 8; ++i)
+      CHECK(fdata(r.u.tensor)[i] == (float)(c ? i + 2 : i + 1));
+    kiln_value_release(&r);
+  }
+  kiln_function_t* fn = NULL;
+  CHECK(kiln_module_get_function(vm, "plus1", &fn) == KILN_ERR_NOT_FOUND); /* private */
+  CHECK(kiln_module_num_functions(vm) == 3);                               /* init, profile, pick */
+  kiln_module_release(vm);
+  /* truncated and corrupted copies: refused cleanly or run */
+  uint8_t* copy = NULL;
+  CHECK_OK(kiln_memory_alloc(g_if_blob_size, (void**)&copy));
+  for (uint64_t n = 0; n < g_if_blob_size; n += 5) {
+    memcpy(copy, g_if_blob, n);
+    CHECK(!try_if_blob(copy, n, x8));
+  }
+  int loaded = 0, iterations = 2000;
+  for (int it = 0; it < iterations; ++it) {
+    memcpy(copy, g_if_blob, g_if_blob_size);
+    for (int f = 0, flips = 1 + (int)(next_random() % 3); f < flips; ++f) {
+      uint64_t at = next_random() % g_if_blob_size;
+      copy[at] = (uint8_t)(copy[at] ^ (1u << (next_random() % 8)));
+    }
+    loaded += try_if_blob(copy, g_if_blob_size, x8);
+  }
+  CHECK(loaded > 0 && loaded < iterations);
+  fprintf(stderr, "IF fuzz: %d of %d corrupted executables loaded\n", loaded, iterations);
+  kiln_memory_free(copy);
+  kiln_tensor_release(x8);
+}
+
 static void test_allocation_failures(void) {
   int failures = 0;
   for (int64_t k = 0; k < 200; ++k) {
@@ -498,14 +579,15 @@ static uint8_t* read_file(const char* path, uint64_t* out_size) {
 }
 
 int main(int argc, char** argv) {
-  if (argc != 4) {
-    fprintf(stderr, "usage: %s FIXTURE.so BLOB MODEL.so\n", argv[0]);
+  if (argc != 5) {
+    fprintf(stderr, "usage: %s FIXTURE.so BLOB MODEL.so IF_BLOB\n", argv[0]);
     return 2;
   }
   void* fixture = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
   g_info = fixture ? dlsym(fixture, "kiln_library_info") : NULL;
   g_blob = read_file(argv[2], &g_blob_size);
-  if (!g_info || !g_blob) {
+  g_if_blob = read_file(argv[4], &g_if_blob_size);
+  if (!g_info || !g_blob || !g_if_blob) {
     fprintf(stderr, "cannot load %s or %s\n", argv[1], argv[2]);
     return 2;
   }
@@ -513,10 +595,12 @@ int main(int argc, char** argv) {
   test_registry();
   test_vm(argv[3]);
   test_fuzz();
+  test_if();
   test_allocation_failures();
   test_threads();
   CHECK_OK(kiln_unregister_function("test.relu_shift"));
   kiln_memory_free(g_blob);
+  kiln_memory_free(g_if_blob);
   dlclose(fixture);
   if (g_failures) {
     fprintf(stderr, "%d checks failed\n", g_failures);

@@ -10,6 +10,9 @@ constants: ``fold_constant`` evaluates what depends only on them, and ``fuse_ops
 Arrays must match the parameter's dtype exactly and its shape dimension by dimension; a
 symbolic dimension (``n``) takes the array's size, consistently across all bound arrays, and
 that value replaces ``n`` throughout the function's types.
+
+Constants the function passes to the branches of a ``call_if`` are then bound into those
+branches (``branch_constants``), so they fold and pre-pack there as well.
 """
 from __future__ import annotations
 
@@ -22,6 +25,7 @@ from ..ir import dtype as dt
 from ..ir.expr import IntImm, Var
 from ..ir.functor import transform
 from ..ir.graph import (Binding, BindingBlock, Constant, Function, GraphVar, TensorType)
+from .branch_constants import bind_constant_arguments
 from .graph_util import rewrite_function, substitute
 from .infra import Pass
 
@@ -46,7 +50,8 @@ def bind_params(func_name: str, params: Mapping[str, object]) -> Pass:
         func = mod[func_name]
         if not isinstance(func, Function):
             raise BindParamsError(f"bind_params: {func_name!r} is not a graph function")
-        return mod.with_function(func_name, _bind(func, func_name, arrays))
+        # Weights the function passes on to If branches move into those branches too.
+        return bind_constant_arguments(mod.with_function(func_name, _bind(func, func_name, arrays)))
     return Pass("bind_params", run)
 
 

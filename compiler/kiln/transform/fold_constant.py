@@ -28,6 +28,7 @@ from .. import ops
 from ..ir import IRModule, PrimFunc
 from ..ir import dtype as dt
 from ..ir.graph import (Call, Constant, GraphExpr, TensorType, Tuple, TupleGetItem, TupleType)
+from .branch_constants import bind_constant_arguments
 from .dead_code_elimination import remove_unused_functions
 from .graph_util import graph_functions, is_op_call, rewrite_function
 from .layout import fold_pack
@@ -40,11 +41,18 @@ def fold_constant(ctx: Optional[PassContext] = None) -> Pass:
 
     def run(mod: IRModule) -> IRModule:
         out = mod
-        for name, func in graph_functions(mod):
-            folded = []
-            new = rewrite_function(func, _visitor(mod, ctx, folded))
-            if folded:
-                out = out.with_function(name, new)
+        while True:
+            for name, func in graph_functions(out):
+                folded = []
+                new = rewrite_function(func, _visitor(out, ctx, folded))
+                if folded:
+                    out = out.with_function(name, new)
+            # Constants passed to If branches move into them; then the branches fold again.
+            # Each round removes call_if arguments, so this ends.
+            moved = bind_constant_arguments(out)
+            if moved is out:
+                break
+            out = moved
         return remove_unused_functions(out) if out is not mod else mod
     return Pass("fold_constant", run)
 
