@@ -416,3 +416,21 @@ def test_decorated_errors_use_the_line_in_the_file():
     here = inspect.currentframe().f_lineno
     assert info.value.lineno == here - 3 and info.value.filename == __file__
     assert "gv = R.add(x, y)" in str(info.value)
+
+
+def test_parameter_names_that_are_not_identifiers_survive_a_round_trip():
+    """nn modules name weights "fc1.weight": printed as fc1_weight, the real name rides in the
+    "kiln.param_names" attribute, so bind_params by the original names works after parsing."""
+    x = GraphVar("x", TensorType((1, 4), "float32"))
+    w = GraphVar("fc1.weight", TensorType((4, 4), "float32"))
+    fb = FunctionBuilder([x, w], attrs={"num_input": 1})
+    with fb.dataflow():
+        gv = fb.emit_output(ops.call("matmul", x, w))
+    mod = IRModule({"main": fb.finish(gv)})
+    text = mod.script()
+    assert 'R.func_attr({"kiln.param_names": {"fc1_weight": "fc1.weight"}, "num_input": 1})' in text or \
+        'R.func_attr({"num_input": 1, "kiln.param_names": {"fc1_weight": "fc1.weight"}})' in text
+    back = assert_roundtrip(mod)
+    assert [p.name for p in back["main"].params] == ["x", "fc1.weight"]
+    assert dict(back["main"].attrs) == {"num_input": 1}
+    kiln.transform.bind_params("main", {"fc1.weight": np.eye(4, dtype="float32")})(back)

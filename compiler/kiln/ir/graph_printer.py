@@ -43,6 +43,8 @@ from .graph import (Binding, BindingBlock, Call, Constant, ExternFunc, Function,
 from .printer import (INDENT, _Printer, _float_text, quote, register_function_printer,
                       register_node_printer)
 
+# Function attribute (printed only) mapping printed parameter names to the real ones.
+PARAM_NAMES_ATTR = "kiln.param_names"
 INLINE_LIMIT = 64           # constants with more elements print as metadata references
 MODULE_REF = "Module"       # the class name the module printer writes; Module.f names function f
 # R.<name> spellings that are syntax, not operators (an op by one of these names prints with call_op).
@@ -225,8 +227,13 @@ class GraphPrinter:
             pyname = "".join(ch if ch.isalnum() or ch == "_" else "_" for ch in name).lstrip("0123456789")
             pyname = (pyname or "func") + ("_" if keyword.iskeyword(pyname) else "")
         deco = "@R.function" if pyname == name else f"@R.function(name={quote(name)})"
-        params = [f"{self.tp.define(p)}: {self.typ(p.ty)}" for p in f.params]
-        body = [f"R.func_attr({self.literal(dict(f.attrs))})"] if f.attrs else []
+        printed = [self.tp.define(p) for p in f.params]
+        params = [f"{n}: {self.typ(p.ty)}" for n, p in zip(printed, f.params)]
+        # A parameter whose name is not an identifier ("fc1.weight") prints as one (fc1_weight);
+        # its real name rides along so that parsing gives it back (bind_params goes by name).
+        renamed = {n: p.name for n, p in zip(printed, f.params) if n != p.name}
+        attrs = dict(f.attrs, **({PARAM_NAMES_ATTR: renamed} if renamed else {}))
+        body = [f"R.func_attr({self.literal(attrs)})"] if attrs else []
         for blk in f.blocks:
             body += self.block(blk)
         body.append(f"return {self.expr(f.body)}")

@@ -24,6 +24,7 @@ from ..ir.expr import PrimExpr, Var
 from ..ir.graph import (Binding, BindingBlock, Call, Constant, ExternFunc, Function, GlobalVar,
                         GraphVar, TensorType, Tuple, TupleGetItem, TupleType)
 from ..ir.structural import structural_equal
+from ..ir.graph_printer import PARAM_NAMES_ATTR
 from .parser import ModuleContext, ScriptError, brief, dotted, register_function_kind
 from .tir_expr import ExprParser
 
@@ -96,11 +97,12 @@ class _GraphParser:
                 if d[0] in self.sym:
                     raise self.err(node, f"symbolic size {d[0]!r} is declared twice")
                 self.sym[d[0]] = Var(d[0], d[1])
+        real_names = self.param_names(body)
         params = []
         for arg in a.args:
             if arg.annotation is None:
                 raise self.err(arg, f"parameter {arg.arg!r} needs a type: {arg.arg}: R.Tensor(shape, dtype)")
-            params.append(GraphVar(arg.arg, self.typ(arg.annotation)))
+            params.append(GraphVar(real_names.get(arg.arg, arg.arg), self.typ(arg.annotation)))
             self.scopes[-1][arg.arg] = params[-1]
         blocks, loose, attrs, ret = [], [], None, None
         for node in body:
@@ -143,7 +145,21 @@ class _GraphParser:
                 from ..ir.printer import to_text
                 raise self.err(fdef.returns, f"the return annotation {brief(fdef.returns)} does not "
                                f"match the type of the returned value, {to_text(ret.ty)}")
-        return Function(tuple(params), tuple(blocks), ret, tuple((attrs or {}).items()))
+        attrs = {k: v for k, v in (attrs or {}).items() if k != PARAM_NAMES_ATTR}
+        return Function(tuple(params), tuple(blocks), ret, tuple(attrs.items()))
+
+    def param_names(self, body) -> dict:
+        """The printer's ``"kiln.param_names"`` attribute (printed name -> real name), if any."""
+        for node in body:
+            if (isinstance(node, ast.Expr) and self.callee(node.value) == "R.func_attr"
+                    and len(node.value.args) == 1):
+                attrs = self.attr_value(node.value.args[0])
+                names = attrs.get(PARAM_NAMES_ATTR, {}) if isinstance(attrs, dict) else {}
+                if not isinstance(names, dict) or not all(isinstance(v, str) for v in names.values()):
+                    raise self.err(node, f'R.func_attr "{PARAM_NAMES_ATTR}" maps printed parameter names '
+                                   'to real ones: {"fc1_weight": "fc1.weight"}')
+                return names
+        return {}
 
     def dataflow(self, node: ast.With) -> BindingBlock:
         item = node.items[0] if len(node.items) == 1 else None
