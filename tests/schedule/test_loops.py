@@ -314,11 +314,32 @@ def test_split_errors(factors, message):
     assert_structural_equal(sch.mod, MyModule)      # and changed nothing
 
 
-def test_split_needs_a_constant_extent():
+@kiln.script.ir_module
+class SymbolicSplit:
+    @T.prim_func
+    def main(A: T.Buffer((n,), "float32"), B: T.Buffer((n,), "float32")):
+        n = T.int32()
+        for i_0, i_1 in T.grid((n + 3) // 4, 4):
+            with T.block("B"):
+                vi = T.axis.spatial(n, i_0 * 4 + i_1)
+                T.where(i_0 * 4 + i_1 < n)
+                B[vi] = A[vi] + 1.0
+
+
+@pytest.mark.parametrize("size", [1, 3, 4, 9])
+def test_split_of_a_symbolic_extent_is_guarded(size):
     sch = kiln.Schedule(Symbolic)
     (i,) = sch.get_loops(sch.get_block("B"))
-    with pytest.raises(ScheduleError, match="split of loop 'i' needs a constant extent; its extent is n"):
-        sch.split(i, factors=[None, 4])
+    sch.split(i, factors=[None, 4])
+    check_all(Symbolic, sch, SymbolicSplit, sizes={"n": size})
+
+
+def test_split_of_a_symbolic_extent_needs_an_inferred_factor():
+    sch = kiln.Schedule(Symbolic)
+    (i,) = sch.get_loops(sch.get_block("B"))
+    with pytest.raises(ScheduleError, match=r"split of loop 'i' of symbolic extent n: one factor must be "
+                                            r"None \(inferred\), got \[2, 4\]"):
+        sch.split(i, factors=[2, 4])
 
 
 def test_a_split_loop_handle_is_gone():

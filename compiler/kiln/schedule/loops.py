@@ -169,9 +169,13 @@ class LoopPrimitives:
                         T.where(i_0 * 4 + i_1 < 10)
                         B[vi] = A[vi] * 2.0
 
+        A loop of symbolic extent (``n``) splits when exactly one factor is None: that loop
+        gets the extent ``(n + k - 1) // k`` (``k`` the product of the others) and blocks get
+        the guard ``offset < n``, since ``n`` need not be a multiple of ``k``.
+
         Raises ``ScheduleError`` if a factor is not a positive integer, more than one is None,
-        the factors cover fewer iterations than the loop has, or the loop's extent is not a
-        constant.
+        the factors cover fewer iterations than the loop has, or the loop's extent is symbolic
+        and no factor is None.
         """
         f, parents = self._loop(loop)
         name = f.loop_var.name
@@ -184,37 +188,48 @@ class LoopPrimitives:
         if factors.count(None) > 1:
             raise ScheduleError(f"split of loop '{name}': at most one factor may be None "
                                 f"(inferred), got {factors}", f)
-        if not is_const_int(f.extent):
-            raise ScheduleError(f"split of loop '{name}' needs a constant extent; its extent is "
-                                f"{_show(f.extent)}", f)
-        extent = f.extent.value
+        dtype = f.loop_var.dtype
         known = 1
         for x in factors:
             known *= x or 1
-        if None in factors:
-            factors[factors.index(None)] = -(-extent // known)  # ceil: cover every iteration
-        elif known < extent:
-            raise ScheduleError(f"split of loop '{name}': factors {factors} cover {known} "
-                                f"iterations but the loop has {extent}", f)
-        covered = 1
-        for x in factors:
-            covered *= x
+        if not is_const_int(f.extent):
+            if None not in factors:
+                raise ScheduleError(f"split of loop '{name}' of symbolic extent {_show(f.extent)}: one "
+                                    f"factor must be None (inferred), got {factors}", f)
+            extent = f.extent
+            # ceil(n / known) outer iterations cover every one; the guard drops the extra ones.
+            factors = [simplify((extent + const(known - 1, dtype)) // const(known, dtype))
+                       if x is None else x for x in factors]
+            covered = None
+        else:
+            extent = f.extent.value
+            if None in factors:
+                factors[factors.index(None)] = -(-extent // known)  # ceil: cover every iteration
+            elif known < extent:
+                raise ScheduleError(f"split of loop '{name}': factors {factors} cover {known} "
+                                    f"iterations but the loop has {extent}", f)
+            covered = 1
+            for x in factors:
+                covered *= x
 
-        dtype = f.loop_var.dtype
         new_vars = [Var(f"{name}_{k}", dtype) for k in range(len(factors))]
         bounds = _enclosing_bounds(parents)
-        bounds.update({v: Range.from_extent(const(x, dtype)) for v, x in zip(new_vars, factors)})
+        factors = [const(x, dtype) if isinstance(x, int) else x for x in factors]
+        bounds.update({v: Range.from_extent(x) for v, x in zip(new_vars, factors)})
         # i = (i_0 * f1 + i_1) * f2 + i_2, which the simplifier turns into i_0 * 4 + i_1 * 2 + i_2.
         # A loop of extent 1 only ever has the value 0, so its variable is left out.
-        offset: PrimExpr = new_vars[0] if factors[0] != 1 else const(0, dtype)
+        offset: PrimExpr = new_vars[0] if not is_const_int(factors[0], 1) else const(0, dtype)
         for var, factor in zip(new_vars[1:], factors[1:]):
-            offset = offset * const(factor, dtype) + (var if factor != 1 else const(0, dtype))
+            offset = offset * factor + (var if not is_const_int(factor, 1) else const(0, dtype))
         offset = simplify(offset, bounds)
         value = offset if is_const_int(f.min, 0) else f.min + offset
-        guard = offset < const(extent, dtype) if covered != extent else None
+        if covered is None:   # symbolic extent: guard unless the other factors are all 1
+            guard = offset < extent if known != 1 else None
+        else:
+            guard = offset < const(extent, dtype) if covered != extent else None
         body = _rebind(f.body, {f.loop_var: simplify(value, bounds)}, bounds, guard)
         for var, factor in reversed(list(zip(new_vars, factors))):
-            body = For(var, const(0, dtype), const(factor, dtype), "serial", body)
+            body = For(var, const(0, dtype), factor, "serial", body)
         self._replace(f, body)
         return [LoopRV(v) for v in new_vars]
 

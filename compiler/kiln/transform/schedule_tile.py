@@ -19,8 +19,9 @@ Tile sizes (``layout.py``, shared with the weight packing so both agree): NR div
 vector axis (16, 8, else the largest divisor down to 4, else the whole axis up to 16) or is
 the panel width of a packed weight; MR fills the accumulator budget (8 vectors for the
 default ``tile_rows=4`` x 16 lanes) and divides the row axis, or is the row panel of a packed
-conv weight. With no row axis to unroll (one row, or a symbolic count) the tile unrolls over
-2-4 column blocks instead (``tile 1x4x16``). Symbolic axes are never split.
+conv weight. With no row axis to unroll (one row) the tile unrolls over
+2-4 column blocks instead (``tile 1x4x16``). A symbolic row axis gets the full MR: its last
+tile is guarded (``split``), and lowering partitions that tile off (``partition_loops``).
 """
 from __future__ import annotations
 
@@ -131,6 +132,10 @@ def schedule_contraction(sch: Schedule, c: Contraction, ctx: PassContext, kind: 
         mr = 1
     elif c.rows_packed:
         mr = c.rows_packed
+    elif extents[c.u] is None:
+        # A symbolic row count (batch x sequence of a dynamic-shape model): a full tile of
+        # rows, the last tile guarded (split's T.where), rather than one row at a time.
+        mr = tile_rows(nr, ctx)
     else:
         mr = divisor_at_most(extents[c.u], tile_rows(nr, ctx))
 
@@ -141,7 +146,7 @@ def schedule_contraction(sch: Schedule, c: Contraction, ctx: PassContext, kind: 
     elif nr is not None:
         v1 = loops[c.v]
     if c.u is not None and mr > 1:
-        if mr < extents[c.u]:
+        if extents[c.u] is None or mr < extents[c.u]:
             u0, u1 = sch.split(loops[c.u], [None, mr])
         else:
             u1 = loops[c.u]

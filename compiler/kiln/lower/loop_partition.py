@@ -1,0 +1,158 @@
+"""Split a loop where the guards under it start to fail: ``partition_loops``.
+
+``split`` of a loop whose extent is symbolic (or not a multiple of the factors) guards every
+block under it with ``offset < n``. In a register tile that guard sits inside the reduction
+loop, around every multiply-add: branches in the hottest loop, and accumulators that cannot
+stay in registers. Every iteration but the last of the tile loop passes all its guards, so the
+loop splits in two, the first part without the guards::
+
+    for i_0 in range((n + 3) // 4):               for i_0 in range(n // 4):
+        for k in range(256):                          for k in range(256):
+            for i_1 in T.unroll(4):                       for i_1 in T.unroll(4):
+                if i_0 * 4 + i_1 < n:        =>                S
+                    S                             for i_0_t in range(n // 4, (n + 3) // 4):
+                                                      ... if i_0_t * 4 + i_1 < n: S ...
+
+A guard qualifies when it is a conjunction of ``lhs < rhs`` whose difference grows by a
+positive constant ``s`` per iteration of the loop: with ``r`` the rest of ``lhs - rhs`` and
+``hi`` its upper bound over the inner loops, it holds for every ``v < (s - 1 - hi) // s``.
+"""
+from __future__ import annotations
+
+from typing import List, Optional
+
+from ..arith import Analyzer
+from ..ir import (And, BlockRealize, For, IfThenElse, IntImm, LT, Max, Min, PrimExpr, Range, SeqStmt,
+                  Stmt, Var, collect, substitute, transform)
+from ..ir.expr import is_const_int
+from ..schedule.regions import bound, free_of, loop_ranges
+
+
+def _conjuncts(cond: PrimExpr) -> List[PrimExpr]:
+    if isinstance(cond, And):
+        return _conjuncts(cond.a) + _conjuncts(cond.b)
+    return [cond]
+
+
+def _holds_below(cond: PrimExpr, v: Var, inner: List[For], ana: Analyzer) -> Optional[PrimExpr]:
+    """P such that ``cond`` holds for every ``v < P`` and every value of the ``inner`` loops'
+    variables, or None if ``cond`` is not a guard of that form."""
+    parts = []
+    for c in _conjuncts(cond):
+        if not isinstance(c, LT):
+            return None
+        d = ana.simplify(c.a - c.b)
+        step = ana.simplify(substitute(d, {v: v + 1}) - d)
+        if not isinstance(step, IntImm) or step.value <= 0:
+            return None
+        rest = ana.simplify(d - step * v)
+        if not free_of(rest, [v]):
+            return None
+        relax = loop_ranges(inner)
+        _, hi = bound(rest, relax)
+        if hi is None or not free_of(hi, list(relax)) or not free_of(hi, [v]):
+            return None
+        s = IntImm(step.value, v.dtype)
+        parts.append(ana.simplify((s - IntImm(1, v.dtype) - hi) // s))
+    out = parts[0]
+    for p in parts[1:]:
+        out = Min(out, p)
+    return out
+
+
+def _guards(body: Stmt, v: Var, ana: Analyzer):
+    """(IfThenElse, P) for each qualifying guard under ``body``, with the loops between."""
+    found = []
+
+    def rec(s, inner):
+        if isinstance(s, For):
+            rec(s.body, inner + [s])
+        elif isinstance(s, SeqStmt):
+            for x in s.seq:
+                rec(x, inner)
+        elif isinstance(s, BlockRealize):
+            rec(s.block.body, inner)
+        elif isinstance(s, IfThenElse):
+            p = _holds_below(s.condition, v, inner, ana) if s.else_case is None else None
+            if p is not None:
+                found.append((s, p))
+            else:
+                rec(s.then_case, inner)
+                if s.else_case is not None:
+                    rec(s.else_case, inner)
+    rec(body, [])
+    return found
+
+
+def _analyzer(sizes: List[Var]) -> Analyzer:
+    """An analyzer that knows the function's symbolic sizes are >= 0 (they are dimensions)."""
+    ana = Analyzer()
+    for s in sizes:
+        ana.bind(s, Range(IntImm(0, s.dtype), IntImm(2 ** 31 - 1, s.dtype)))
+    return ana
+
+
+def _partition(loop: For, sizes: List[Var]) -> Optional[Stmt]:
+    """``loop`` as a guard-free head loop and a guarded tail loop, or None."""
+    if not is_const_int(loop.min, 0):
+        return None
+    v = loop.loop_var
+    ana = _analyzer(sizes)
+    guards = _guards(loop.body, v, ana)
+    if not guards:
+        return None
+    zero = IntImm(0, v.dtype)
+    split = guards[0][1]
+    for _, p in guards[1:]:
+        split = Min(split, p)
+    split = ana.simplify(Max(Min(split, loop.extent), zero))
+    if is_const_int(split, 0):
+        return None
+    removed = {id(g) for g, _ in guards}
+    head_body = transform(loop.body, lambda n: n.then_case if isinstance(n, IfThenElse) and id(n) in removed
+                          else None)
+    head = For(v, zero, split, loop.kind, head_body, loop.thread_binding, loop.annotations)
+    rest = ana.simplify(loop.extent - split)
+    if is_const_int(rest, 0):
+        return head
+    tv = Var(f"{v.name}_t", v.dtype)
+    tail = For(tv, split, rest, loop.kind, substitute(loop.body, {v: tv}), loop.thread_binding,
+               loop.annotations)
+    return SeqStmt((head, tail))
+
+
+def partition_loops(func):
+    """Partition every loop with qualifying guards (see the module docstring); outer loops
+    first, so a tile loop splits before the loops inside it are looked at."""
+    sizes = []
+    for p in func.params:
+        for d in getattr(p, "shape", ()):
+            sizes += [x for x in collect(d, Var) if x not in sizes]
+
+    def visit(s):
+        if isinstance(s, For):
+            part = _partition(s, sizes)
+            if part is not None:
+                if isinstance(part, SeqStmt):
+                    head, tail = part.seq
+                    return SeqStmt((_inner(head), tail))
+                return _inner(part)
+            return For(s.loop_var, s.min, s.extent, s.kind, visit(s.body), s.thread_binding, s.annotations)
+        if isinstance(s, SeqStmt):
+            return SeqStmt(tuple(visit(x) for x in s.seq))
+        if isinstance(s, BlockRealize):
+            b = s.block
+            from ..ir import Block
+            return BlockRealize(s.iter_values, s.predicate,
+                                Block(b.name_hint, b.iter_vars, b.reads, b.writes, visit(b.body), b.init,
+                                      b.alloc_buffers, b.annotations))
+        if isinstance(s, IfThenElse):
+            return IfThenElse(s.condition, visit(s.then_case),
+                              visit(s.else_case) if s.else_case is not None else None)
+        return s
+
+    def _inner(loop: For) -> For:
+        return For(loop.loop_var, loop.min, loop.extent, loop.kind, visit(loop.body), loop.thread_binding,
+                   loop.annotations)
+
+    return func.with_body(visit(func.body))
