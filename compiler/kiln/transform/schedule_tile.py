@@ -137,7 +137,10 @@ def schedule_contraction(sch: Schedule, c: Contraction, ctx: PassContext, kind: 
         # rows, the last tile guarded (split's T.where), rather than one row at a time.
         mr = tile_rows(nr, ctx)
     else:
-        mr = divisor_at_most(extents[c.u], tile_rows(nr, ctx))
+        want = tile_rows(nr, ctx)
+        mr = divisor_at_most(extents[c.u], want)
+        if mr < want < extents[c.u]:
+            mr = want   # 50 rows: tiles of 4 and a guarded last one, not tiles of 2
 
     # Split the vector and row axes into an outer (tile) and inner (register) part.
     v0 = v1 = u0 = u1 = None
