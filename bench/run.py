@@ -19,6 +19,7 @@ BENCHMARKS = {
     "matmul": lambda args: __import__("matmul").run(sizes=args.sizes, repeat=args.repeat),
     "models": lambda args: __import__("models").run(repeat=args.repeat),
     "onnx": lambda args: __import__("onnx_models").run(repeat=args.repeat),
+    "conv": lambda args: __import__("conv").run(repeat=args.repeat),
 }
 
 

@@ -150,7 +150,9 @@ def test_conv_bn_relu_default_pipeline_is_one_kernel():
     out = get_pipeline("default")(bound)
     assert kernel_calls(out) == 1
     (name,) = kernels(out)
-    assert dict(out[name].attrs)["kiln.schedule"].startswith("conv: tile 4x16, epilogue inlined")
+    desc = dict(out[name].attrs)["kiln.schedule"]
+    # channel-blocked (16 output channels x 4 pixels), batch norm + relu in the write-back
+    assert desc.startswith("conv nchwc: tile 4x16") and "epilogue inlined" in desc, desc
     np.testing.assert_allclose(run_vm(out, args[:1]), reference(mod, args), rtol=1e-4, atol=1e-4)
 
 

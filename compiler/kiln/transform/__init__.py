@@ -11,8 +11,10 @@
   ``kiln.get_pipeline("zero" | "default", ctx)`` (``pipeline.py`` lists them and why)
 
 Files: one per pass; ``kernels.py`` builds tensor programs from operator calls (shared by
-legalize and fuse_ops), ``layout.py`` the weight packing and tile shapes, ``schedule_rules.py``
-/ ``schedule_tile.py`` the default schedule rules, ``graph_util.py`` the graph rewriting
+legalize and fuse_ops), ``layout.py`` the weight packing and tile shapes, ``conv_blocked.py``
+when a conv2d is computed channel-blocked (NCHW[x]c), ``schedule_rules.py`` / ``schedule_tile.py``
+/ ``schedule_conv.py`` the default schedule rules (``block_iter.py`` regroups a conv's epilogue
+for the blocked tile), ``graph_util.py`` the graph rewriting
 helpers, ``well_formed.py`` the module check run by ``PassContext(verify=True)``.
 """
 from .infra import Pass, PassContext, Sequential

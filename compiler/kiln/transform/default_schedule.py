@@ -9,6 +9,9 @@ hand-written schedules are left alone) is scheduled with ``kiln.Schedule``:
 
    - ``elementwise`` (no reduction): loops fused, an inner chunk of 16 (8, 4) vectorized, the
      rest parallel when the kernel is big enough (``schedule_rules.schedule_spatial``);
+   - ``conv nchwc`` (a conv2d computed channel-blocked, ``conv_blocked.py``): a tile of
+     output pixels x a block of output channels, vectorized over the channels
+     (``schedule_conv.py``);
    - ``matmul`` / ``conv`` (one sum-of-products reduction: matmul, linear, batched matmul,
      conv2d): the register-tile recipe of ``bench/matmul.py`` (``schedule_tile.py``), with
      the elementwise epilogue (bias, batch-norm scale/shift, relu, gelu) folded into the
@@ -34,6 +37,7 @@ from .infra import Pass, PassContext, context
 from .kernels import ATTR_SCHEDULE, PACK_ANNOTATION
 from .schedule_rules import (block_infos, consumers, has_select, inline_intermediates,
                              schedule_reduction, schedule_spatial, serial_loops_only)
+from .schedule_conv import find_blocked_conv, schedule_blocked_conv
 from .schedule_tile import analyze_contraction, schedule_contraction
 
 
@@ -97,6 +101,8 @@ def _start(func: PrimFunc) -> Schedule:
 
 
 def _by_kind(func: PrimFunc, ctx: PassContext) -> Tuple[PrimFunc, str]:
+    if find_blocked_conv(func) is not None:
+        return schedule_blocked_conv(func, ctx)
     sch = _start(func)
     inline_intermediates(sch, _keep(sch))
     infos = block_infos(sch.func)

@@ -33,6 +33,9 @@ class PassContext:
     - ``pack_min_rows``: a weight that is not a constant is packed inside the kernel only when
       at least this many rows of the input reuse each panel.
     - ``tile_rows``: the register tile's rows MR (unrolled).
+    - ``conv_blocking``: a float32 conv2d with a constant weight is computed in blocks of
+      8 or 16 output channels (NCHW[x]c, vectorized over channels; ``conv_blocked.py``);
+      False keeps every conv2d in NCHW, vectorized over the output width.
     - ``vector_lanes``: elements per vector in elementwise / reduction kernels.
     - ``parallel_min_elements``: kernels smaller than this stay single-threaded (the
       thread pool's fork/join would cost more than it saves).
@@ -47,6 +50,7 @@ class PassContext:
     pack_lanes: int = 16
     pack_min_rows: int = 16
     tile_rows: int = 4
+    conv_blocking: bool = True
     vector_lanes: int = 16
     parallel_min_elements: int = 16384
     fold_max_elements: Optional[int] = None

@@ -11,7 +11,9 @@ one PrimFunc between structurally equal kernels.
 Weights of contractions are read through a packed layout when ``layout.pack_plan`` says so
 (see ``layout.py``): a constant weight gets a pack ``call_tir`` (``Kernel.pre``) that
 ``fold_constant`` evaluates at compile time; blocks that pack are annotated
-``{"kiln.layout": "pack"}`` so the schedule keeps them.
+``{"kiln.layout": "pack"}`` so the schedule keeps them. A conv2d that ``conv_blocked.py``
+picks is built from the channel-blocked program of ``ops/conv_nchwc.py`` instead of the
+operator's own compute (same result), its reduction block annotated ``{"kiln.layout": "nchwc"}``.
 """
 from __future__ import annotations
 
@@ -26,7 +28,8 @@ from ..ir.graph import (Call, Constant, GraphExpr, GraphVar, TensorType, TupleTy
 from ..ir.stmt import Block
 from ..ir.structural import structural_equal, structural_hash
 from .graph_util import unique_name
-from . import layout
+from ..ops import conv_nchwc
+from . import conv_blocked, layout
 from .infra import PassContext
 
 # Attributes every generated kernel carries (read by default_schedule and `kiln inspect`).
@@ -120,17 +123,25 @@ def build_kernel(group: Sequence[Tuple[GraphVar, Call]], ctx: PassContext) -> Ke
         if op.compute is None:
             raise LegalizeError(f"legalize: operator {call.op} has no te compute; it cannot be "
                                 "fused with other operators")
-        plan = layout.pack_plan(call, ctx)
+        blocked = conv_blocked.blocked_plan(call, ctx)
+        plan = blocked or layout.pack_plan(call, ctx)
         args = []
         for i, a in enumerate(call.args):
             if isinstance(a, GraphVar) and a in produced:
                 args.append(produced[a])
+            elif blocked is not None and i == plan.rule.arg:
+                args.append(_packed_placeholder(a, plan, placeholder_for, pre))
             elif plan is not None and i == plan.rule.arg:
                 args.append(_packed_weight(a, plan, ctx, placeholder_for, pre))
             else:
                 args.append(placeholder_for(a))
         try:
-            result = op.compute(args, dict(call.attrs))
+            if blocked is not None:
+                # The channel-blocked program for the same conv2d (ops/conv_nchwc.py).
+                result = conv_nchwc.conv2d_nchwc(args[0], args[1], plan.shape, dict(call.attrs),
+                                                 plan.lanes)
+            else:
+                result = op.compute(args, dict(call.attrs))
         except ops.OpError:
             raise
         except Exception as e:  # a compute that cannot take these arguments: say which op
@@ -149,6 +160,13 @@ def build_kernel(group: Sequence[Tuple[GraphVar, Call]], ctx: PassContext) -> Ke
     attrs = {ATTR_OPS: "+".join(names), ATTR_ANCHOR: anchor_of(calls).op}
     base = names[0] if len(names) == 1 else "fused_" + "_".join(_short(names))
     return Kernel(_with_attrs(func, attrs), inputs, base, calls[-1].ty, pre)
+
+
+def _packed_placeholder(w: GraphExpr, plan: layout.PackPlan, placeholder_for, pre) -> te.Tensor:
+    """The packed weight itself (a constant packed at compile time by a pack call_tir)."""
+    p_var = GraphVar("packed", TensorType(plan.packed_shape, w.ty.dtype))
+    pre.append((p_var, w, plan))
+    return placeholder_for(p_var)
 
 
 def _packed_weight(w: GraphExpr, plan: layout.PackPlan, ctx: PassContext, placeholder_for,
@@ -194,6 +212,9 @@ def _annotate_packs(func: PrimFunc) -> PrimFunc:
         if isinstance(n, Block) and n.name_hint.startswith("pack_weight") \
                 and PACK_ANNOTATION not in n.annotations:
             return dataclasses.replace(n, annotations=n.annotations + (PACK_ANNOTATION,))
+        if isinstance(n, Block) and n.name_hint.startswith(conv_nchwc.BLOCK_NAME) \
+                and conv_blocked.ANNOTATION not in n.annotations:
+            return dataclasses.replace(n, annotations=n.annotations + (conv_blocked.ANNOTATION,))
         return None
     return func.with_body(transform(func.body, post))
 

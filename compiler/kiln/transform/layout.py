@@ -10,7 +10,9 @@ that the schedule inlines, so its loads become contiguous along the tile:
 - ``linear`` ``W[N, K]`` packed along N by NR: panels ``[N/NR, K, NR]``, vector loads;
 - ``matmul`` ``B[K, N]`` (2-D) packed along N by NR: the same panels;
 - ``conv2d`` ``W[O, I, KH, KW]`` (groups = 1) packed along O by MR: ``[O/MR, I, KH, KW, MR]``,
-  so the MR weights the tile broadcasts per step sit in one cache line.
+  so the MR weights the tile broadcasts per step sit in one cache line;
+- a channel-blocked ``conv2d`` (``conv_blocked.py``) packed along O by its channel block with
+  the other dims reordered (``PackRule.rest``): ``[O/bn, KH, KW, I, bn]``.
 
 When the weight is a Constant the pack is a separate ``call_tir`` that ``fold_constant``
 evaluates at compile time; a run-time ``linear``/``matmul`` weight is packed inside its
@@ -40,6 +42,12 @@ class PackRule:
     dim: int          # the weight dimension split into panels
     layout: str       # a short name for kernel names: pack_<layout><P>
     by: str           # "cols": P is the vector width NR; "rows": P is the unrolled rows MR
+    rest: Optional[Tuple[int, ...]] = None   # the other dims' order in the panel (None: as is)
+
+    def order(self, ndim: int) -> Tuple[int, ...]:
+        """The weight dims (other than ``dim``) in the order the packed weight holds them."""
+        others = tuple(k for k in range(ndim) if k != self.dim)
+        return others if self.rest is None else tuple(others[k] for k in self.rest)
 
 
 PACK_RULES = {
@@ -59,7 +67,8 @@ class PackPlan:
     @property
     def packed_shape(self) -> Tuple[int, ...]:
         d, s = self.rule.dim, self.shape
-        return (-(-s[d] // self.lanes),) + s[:d] + s[d + 1:] + (self.lanes,)
+        rest = tuple(s[k] for k in self.rule.order(len(s)))
+        return (-(-s[d] // self.lanes),) + rest + (self.lanes,)
 
     @property
     def name(self) -> str:
@@ -137,13 +146,18 @@ def pack_plan(call: Call, ctx: PassContext) -> Optional[PackPlan]:
 def pack_compute(w: te.Tensor, plan: PackPlan) -> te.Tensor:
     """``Wp`` from ``w``; a last partial panel is padded with zeros."""
     d, p, size = plan.rule.dim, plan.lanes, plan.shape[plan.rule.dim]
+    order = plan.rule.order(len(plan.shape))
 
     def value(o, *rest):
         *others, i = rest
         c = o * p + i
         # Clamped so that padding lanes never index past the weight (Select evaluates both
         # sides in the reference evaluator).
-        idx = tuple(others[:d]) + (c if size % p == 0 else te.min(c, size - 1),) + tuple(others[d:])
+        idx = [None] * len(plan.shape)
+        idx[d] = c if size % p == 0 else te.min(c, size - 1)
+        for k, v in zip(order, others):
+            idx[k] = v
+        idx = tuple(idx)
         if size % p == 0:
             return w[idx]
         return te.if_then_else(c < size, w[idx], const(0, w.dtype))
@@ -153,10 +167,11 @@ def pack_compute(w: te.Tensor, plan: PackPlan) -> te.Tensor:
 def unpack_view(wp: te.Tensor, plan: PackPlan) -> te.Tensor:
     """The weight as the operator expects it, read from the packed ``wp``."""
     d, p = plan.rule.dim, plan.lanes
+    order = plan.rule.order(len(plan.shape))
 
     def value(*idx):
-        rest = idx[:d] + idx[d + 1:]
-        return wp[(idx[d] // p,) + tuple(rest) + (idx[d] % p,)]
+        rest = tuple(idx[k] for k in order)
+        return wp[(idx[d] // p,) + rest + (idx[d] % p,)]
     return te.compute(plan.shape, value, name="weight_view")
 
 
@@ -164,6 +179,7 @@ def unpack_view(wp: te.Tensor, plan: PackPlan) -> te.Tensor:
 # (``pack_array``) instead of the element-by-element reference evaluator: a weight of a large
 # model would take minutes there.
 ATTR_PACK_DIM, ATTR_PACK_LANES = "kiln.pack_dim", "kiln.pack_lanes"
+ATTR_PACK_ORDER = "kiln.pack_order"
 
 
 def pack_kernel(w_ty: TensorType, plan: PackPlan) -> PrimFunc:
@@ -172,22 +188,26 @@ def pack_kernel(w_ty: TensorType, plan: PackPlan) -> PrimFunc:
     func = te.create_prim_func([w, pack_compute(w, plan)])
     attrs = dict(func.attrs)
     attrs.update({ATTR_PACK_DIM: plan.rule.dim, ATTR_PACK_LANES: plan.lanes})
+    if plan.rule.rest is not None:
+        attrs[ATTR_PACK_ORDER] = tuple(plan.rule.order(len(plan.shape)))
     return PrimFunc(func.params, func.body, tuple(attrs.items()))
 
 
-def pack_array(w: np.ndarray, dim: int, lanes: int) -> np.ndarray:
+def pack_array(w: np.ndarray, dim: int, lanes: int, order=None) -> np.ndarray:
     """What ``pack_kernel`` computes, with numpy: ``Wp[o, *rest, i] = W[.. o*P + i ..]``,
-    zero-padded to whole panels."""
+    zero-padded to whole panels; ``order`` lists the other dims in the order ``rest`` holds
+    them (None: as they are)."""
     size = w.shape[dim]
     panels = -(-size // lanes)
     pad = [(0, 0)] * w.ndim
     pad[dim] = (0, panels * lanes - size)
     wp = np.pad(w, pad)
     wp = wp.reshape(w.shape[:dim] + (panels, lanes) + w.shape[dim + 1:])
-    # move (panels) to the front and (lanes) to the back
-    wp = np.moveaxis(wp, dim, 0)            # panels, ..., lanes, ...
-    wp = np.moveaxis(wp, dim + 1, -1)       # panels, ..., ..., lanes
-    return np.ascontiguousarray(wp)
+    # axes of wp: the weight's dims with dim split into (panels, lanes) at dim, dim + 1
+    axis = [k if k < dim else k + 1 for k in range(w.ndim)]
+    rest = [axis[k] for k in (order if order is not None else
+                              [k for k in range(w.ndim) if k != dim])]
+    return np.ascontiguousarray(wp.transpose([dim] + rest + [dim + 1]))
 
 
 def fold_pack(func: PrimFunc, inputs) -> Optional[np.ndarray]:
@@ -195,7 +215,8 @@ def fold_pack(func: PrimFunc, inputs) -> Optional[np.ndarray]:
     attrs = dict(func.attrs)
     if ATTR_PACK_DIM not in attrs or len(inputs) != 1:
         return None
-    return pack_array(np.asarray(inputs[0]), attrs[ATTR_PACK_DIM], attrs[ATTR_PACK_LANES])
+    return pack_array(np.asarray(inputs[0]), attrs[ATTR_PACK_DIM], attrs[ATTR_PACK_LANES],
+                      attrs.get(ATTR_PACK_ORDER))
 
 
 def packs_in_kernel(plan: PackPlan, ctx: PassContext) -> bool:

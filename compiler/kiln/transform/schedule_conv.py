@@ -1,0 +1,167 @@
+"""The register-tile schedule of a channel-blocked conv2d (``ops/conv_nchwc.py``).
+
+The reduction block ``conv2d_nchwc[n, ob, y, x, oi]`` (``oi`` the ``bn`` output channels of a
+block, ``bn`` = 8 or 16) gets:
+
+- a register tile of ``XT`` output pixels along the width x ``bn`` channels: ``oi``
+  vectorized (one or two AVX2 vectors), the ``XT`` pixels unrolled, so each step of the
+  reduction loads the ``bn`` weights of one input tap once (contiguous, pre-packed
+  OHWI[bn]o) and broadcasts one input value per pixel: ``XT * bn / 8`` FMAs per
+  ``XT + bn / 8`` loads, whatever the stride;
+- the reduction outside the tile as (input channel blocks, kernel rows, kernel columns,
+  ``REDUCE_CHANNELS`` input channels), the tile accumulated in a local buffer
+  (``cache_write``) that LLVM keeps in registers;
+- the NCHW epilogue (bias, batch norm, relu/clip, a residual add) folded into the tile's
+  write-back: the output block is first re-iterated over ``(n, ob, y, x, oi)``
+  (``block_iter.split_block_iter``) so that it reads the tile one to one
+  (``reverse_compute_inline``); the write-back stores ``bn`` channels of one pixel (a
+  scatter across channel planes, once per tile);
+- padding (and, for depthwise, packing the input to NCHW[bn]c) as its own parallel pass;
+- ``(n, ob, y)`` fused and parallel: one block of output channels keeps its weights in cache
+  while all its rows stream past; or ``(n, y, ob)`` when re-reading the weights per row costs
+  less than re-reading the input per channel block (1x1 convs on large images).
+
+``bn`` and ``XT`` are chosen together (``conv_blocked.conv_tile``); ``XT`` divides the width.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional, Tuple
+
+from ..ir import BufferLoad, IRModule, PrimFunc, Var, collect
+from ..schedule import Schedule, ScheduleError
+from .block_iter import BlockIterError, split_block_iter
+from .conv_blocked import ANNOTATION, pixel_tile
+from .infra import PassContext
+from .schedule_rules import (block_infos, consumers, find, inline_intermediates, loop_rvs,
+                             params_of, schedule_spatial, static_extent)
+
+# Input channels per step of the reduction's outer loop: (rc_0, ry, rx, rc_1) with rc_1 of
+# this many channels keeps the input rows of one step in L1 (rc innermost over all channels
+# re-reads each row from L2 per tap) and stops LLVM from unrolling the kernel loops around a
+# shared broadcast (rc outermost, (ry, rx) unrolled: a 6 x 16 tile spills, 3x slower).
+REDUCE_CHANNELS = 8
+
+
+def find_blocked_conv(func: PrimFunc) -> Optional[str]:
+    """The name of the channel-blocked conv reduction block of ``func``, or None."""
+    for b in block_infos(func):
+        if b.annotated(ANNOTATION) and b.is_reduction:
+            return b.name
+    return None
+
+
+def schedule_blocked_conv(func: PrimFunc, ctx: PassContext) -> Tuple[PrimFunc, str]:
+    """Apply the module docstring's schedule; returns (scheduled func, description)."""
+    conv = find_blocked_conv(func)
+    if conv is None:
+        raise ScheduleError("no channel-blocked conv2d block", func)
+    sch = Schedule(IRModule({"main": func}), "main")
+    # Inline the NCHW view and the elementwise epilogue into the output block; keep the
+    # padding (a separate pass, so the tile reads plain rows without conditions).
+    inline_intermediates(sch, lambda b: b.name.startswith("conv2d_pad"))
+    epilogue = _regroup_epilogue(sch.func, conv)
+    if epilogue is not None:
+        sch = Schedule(IRModule({"main": epilogue}), "main")
+    info = find(sch.func, conv)
+    loops = loop_rvs(info)
+    extents = [static_extent(f) for f in info.loops]
+    n_sp = sum(1 for iv in info.block.iter_vars if iv.kind == "spatial")
+    (n, ob, y, x, oi), red = loops[:n_sp], loops[n_sp:]
+    bn, width = extents[4], extents[3]
+    xt = pixel_tile(width, bn)
+    if xt < width:
+        xo, xi = sch.split(x, [None, xt])
+    else:
+        xo, xi = None, x
+    rows_outer = _rows_outer(info, extents)
+    par = [n, y, ob] if rows_outer else [n, ob, y]
+    outer = par + ([xo] if xo is not None else [])
+    if len(red) == 3:
+        ry, rx, rc = red
+        c_ext = extents[n_sp + 2]
+        ci = max(d for d in range(1, min(REDUCE_CHANNELS, c_ext) + 1) if c_ext % d == 0)
+        if 1 < ci < c_ext:
+            rco, rci = sch.split(rc, [None, ci])
+            red = [rco, ry, rx, rci]
+    sch.reorder(*(outer + red + [xi, oi]))
+
+    out_buf = info.written()[0]
+    write_back = sch.cache_write(info.rv, 0, "local")
+    # The epilogue joins the write-back when it reads the tile one to one (it does once
+    # regrouped); otherwise it stays a separate elementwise pass over the blocked result.
+    fused = "none"
+    if out_buf not in params_of(sch.func):
+        fused = "inlined"
+        for e in consumers(sch.func, out_buf):
+            if e.name == write_back.name:
+                continue
+            try:
+                sch.reverse_compute_inline(e.rv)
+            except ScheduleError:
+                fused = "separate"
+    sch.reverse_compute_at(write_back, outer[-1])
+    init = sch.decompose_reduction(info.rv, red[0])
+    if xt > 1:
+        sch.unroll(xi)
+    sch.vectorize(oi)
+    init_loops = sch.get_loops(init)
+    sch.vectorize(init_loops[-1])
+    if xt > 1:
+        sch.unroll(init_loops[-2])
+    wb_loops = sch.get_loops(write_back)
+    sch.vectorize(wb_loops[-1])
+    if xt > 1:
+        sch.unroll(wb_loops[-2])
+
+    parts = [f"tile {xt}x{bn}", "rows outer" if rows_outer else "channel blocks outer",
+             f"epilogue {fused}"]
+    work = math.prod(e for e in extents if e is not None)
+    if work >= ctx.parallel_min_elements * 16:
+        sch.parallel(sch.fuse(*par))
+        parts.append("parallel")
+    # Blocks left at the root: padding / packing, an epilogue that could not be folded.
+    for b in block_infos(sch.func):
+        if not b.is_reduction and b.loops and all(f.kind == "serial" for f in b.loops) \
+                and _at_root(sch.func, b):
+            schedule_spatial(sch, b.name, ctx)
+    return sch.func, "conv nchwc: " + ", ".join(parts)
+
+
+def _rows_outer(info, extents) -> bool:
+    """Whether output rows go outside the channel blocks: each row of the input is then read
+    once while all weights are re-read per row, instead of each channel block's weights read
+    once while the whole input is re-read per block. Picks the smaller re-read traffic."""
+    _, blocks, rows = extents[:3]
+    y_var = info.block.iter_vars[2].var
+    w_bytes = in_bytes = 0
+    for ld in collect(info.store.value, BufferLoad):
+        if ld.buffer in info.written():
+            continue
+        size = 4 * math.prod(int(d.value) for d in ld.buffer.shape)
+        if any(y_var in collect(i, Var) for i in ld.indices):
+            in_bytes = size
+        else:
+            w_bytes = size
+    return rows * w_bytes < blocks * in_bytes
+
+
+def _regroup_epilogue(func: PrimFunc, conv: str) -> Optional[PrimFunc]:
+    """``func`` with the block reading the blocked conv result re-iterated over the blocked
+    channels (``split_block_iter``), or None when it is not in that form."""
+    out = find(func, conv).written()[0]
+    readers = consumers(func, out)
+    if len(readers) != 1:
+        return None
+    e = readers[0]
+    bn = int(out.shape[-1].value)
+    try:
+        return split_block_iter(func, e.name, 1, bn)
+    except BlockIterError:
+        return None
+
+
+def _at_root(func: PrimFunc, b) -> bool:
+    body = func.body.block.body
+    tops = body.seq if hasattr(body, "seq") else (body,)
+    return bool(b.loops) and any(b.loops[0] is t for t in tops)

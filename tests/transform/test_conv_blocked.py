@@ -1,0 +1,165 @@
+"""conv2d computed channel-blocked (NCHW[x]c): the plan (``conv_blocked.py``), the te program
+(``ops/conv_nchwc.py``), the epilogue regrouping (``block_iter.py``), the schedule
+(``schedule_conv.py``) and the weight packing (``layout.py``), checked against numpy."""
+import numpy as np
+import pytest
+
+import kiln
+from kiln import ops
+from kiln.ir.graph import Constant
+from kiln.script import T
+from kiln.transform import PassContext
+from kiln.transform.block_iter import BlockIterError, split_block_iter
+from kiln.transform.conv_blocked import conv_tile, pixel_tile
+from kiln.transform.layout import pack_array
+
+from transform_helpers import attr, check_same_results, graph_module, kernels, reference, run_vm, typed
+
+
+def _conv_model(x_shape, w_shape, seed=0, **attrs):
+    """relu(conv2d(x, w) + b) with a constant weight and per-channel bias."""
+    rng = np.random.default_rng(seed)
+    w = Constant(rng.standard_normal(w_shape).astype("float32"))
+    b = Constant(rng.standard_normal((1, w_shape[0], 1, 1)).astype("float32"))
+    return graph_module([typed("x", x_shape)], lambda emit, x: ops.call(
+        "relu", emit("add", emit("conv2d", x, w, **attrs), b)))
+
+
+def _compile_and_check(mod, x_shape, ctx=None):
+    """The "default" pipeline, compiled and run against the numpy references at 1e-4."""
+    out = kiln.get_pipeline("default", ctx)(mod)
+    args = [np.random.default_rng(7).standard_normal(x_shape).astype("float32")]
+    (name,) = kernels(out)
+    np.testing.assert_allclose(run_vm(out, args), reference(mod, args), rtol=1e-4, atol=1e-4)
+    return out, name
+
+
+# (x shape, weight shape, attrs, the schedule it gets)
+CASES = [
+    ((1, 16, 12, 12), (32, 16, 3, 3), {"padding": (1, 1)}, "conv nchwc: tile 6x16"),
+    ((1, 16, 11, 11), (16, 16, 3, 3), {"padding": (1, 1), "strides": (2, 2)}, "conv nchwc: tile 6x16"),
+    ((1, 3, 23, 23), (16, 3, 7, 7), {"padding": (3, 3), "strides": (2, 2)}, "conv nchwc: tile 6x16"),
+    ((2, 5, 9, 10), (24, 5, 3, 3), {"padding": (0, 1, 2, 1)}, "conv nchwc: tile 10x8"),   # bn 8
+    ((1, 8, 7, 7), (40, 8, 3, 3), {"padding": (2, 2), "dilation": (2, 2)}, "conv nchwc: tile 7x8"),
+    ((1, 16, 13, 13), (16, 16, 3, 3), {"padding": (1, 1)}, "conv nchwc: tile 1x16"),    # prime width
+    ((1, 96, 7, 7), (32, 96, 1, 1), {}, "conv nchwc: tile 7x8"),
+    ((1, 24, 9, 9), (24, 1, 3, 3), {"padding": (1, 1), "strides": (2, 2), "groups": 24},
+     "conv nchwc: tile 5x8"),
+    ((1, 32, 9, 9), (32, 1, 3, 3), {"padding": (1, 1), "strides": (2, 2), "groups": 32},
+     "conv nchwc: tile 5x16"),
+    ((1, 16, 14, 14), (16, 1, 5, 5), {"padding": (2, 2), "strides": (2, 2), "groups": 16},
+     "conv nchwc: tile 7x8"),
+    # NCHW: output channels not a multiple of 8, grouped, unit-stride depthwise / short
+    # reduction on a wide image
+    ((1, 8, 10, 10), (12, 8, 3, 3), {"padding": (1, 1)}, "conv: "),
+    ((1, 16, 8, 8), (16, 4, 3, 3), {"padding": (1, 1), "groups": 4}, "conv: "),
+    ((1, 16, 20, 20), (16, 1, 3, 3), {"padding": (1, 1), "groups": 16}, "conv: "),
+    ((1, 16, 7, 7), (16, 1, 3, 3), {"padding": (1, 1), "groups": 16}, "conv: "),
+    ((1, 16, 32, 32), (32, 16, 1, 1), {}, "conv: "),
+]
+
+
+@pytest.mark.parametrize("x_shape,w_shape,attrs,want", CASES)
+def test_conv_matches_numpy(x_shape, w_shape, attrs, want):
+    mod = _conv_model(x_shape, w_shape, **attrs)
+    out, name = _compile_and_check(mod, x_shape)
+    desc = attr(out[name], "kiln.schedule")
+    assert desc.startswith(want), desc
+    if want.startswith("conv nchwc"):
+        assert "epilogue inlined" in desc, desc
+
+
+@pytest.mark.parametrize("epilogue", ["clip", "residual"])
+def test_epilogues_fold_into_the_write_back(epilogue):
+    x_shape = (1, 16, 8, 8)
+    rng = np.random.default_rng(3)
+    w = Constant(rng.standard_normal((16, 16, 3, 3)).astype("float32"))
+    b = Constant(rng.standard_normal((1, 16, 1, 1)).astype("float32"))
+
+    def body(emit, x):
+        y = emit("add", emit("conv2d", x, w, padding=(1, 1)), b)
+        return ops.call("clip", y, min=0.0, max=6.0) if epilogue == "clip" else ops.call("add", y, x)
+    mod = graph_module([typed("x", x_shape)], body)
+    out, name = _compile_and_check(mod, x_shape)
+    desc = attr(out[name], "kiln.schedule")
+    assert desc.startswith("conv nchwc: tile 4x16") and "epilogue inlined" in desc, desc
+
+
+def test_weight_is_packed_ohwi_by_channel_blocks():
+    mod = _conv_model((1, 16, 12, 12), (32, 16, 3, 3), padding=(1, 1))
+    out = kiln.get_pipeline("default")(mod)
+    (name,) = kernels(out)
+    shapes = [tuple(int(d.value) for d in p.shape) for p in out[name].params]
+    assert (2, 3, 3, 16, 16) in shapes, shapes         # [O/16, KH, KW, I, 16]
+
+
+def test_conv_blocking_can_be_turned_off():
+    mod = _conv_model((1, 16, 12, 12), (32, 16, 3, 3), padding=(1, 1))
+    out, name = _compile_and_check(mod, (1, 16, 12, 12), ctx=PassContext(conv_blocking=False))
+    assert attr(out[name], "kiln.schedule").startswith("conv: "), attr(out[name], "kiln.schedule")
+
+
+def test_runtime_weight_keeps_nchw():
+    """A weight passed at run time cannot be packed at compile time: NCHW schedule."""
+    mod = graph_module([typed("x", (1, 8, 6, 6)), typed("w", (16, 8, 3, 3))],
+                       lambda emit, x, w: ops.call("conv2d", x, w, padding=(1, 1)))
+    out = kiln.get_pipeline("default")(mod)
+    (name,) = kernels(out)
+    assert attr(out[name], "kiln.schedule").startswith("conv: ")
+    rng = np.random.default_rng(0)
+    args = [rng.standard_normal((1, 8, 6, 6)).astype("float32"),
+            rng.standard_normal((16, 8, 3, 3)).astype("float32")]
+    np.testing.assert_allclose(run_vm(out, args), reference(mod, args), rtol=1e-4, atol=1e-4)
+
+
+# ---- tile choice ---------------------------------------------------------------------------
+@pytest.mark.parametrize("channels,width,want", [
+    (64, 56, (16, 4)), (64, 112, (16, 4)), (64, 60, (16, 6)),
+    (512, 7, (8, 7)), (256, 14, (8, 7)),          # 7 x 8 beats 1 x 16 / 2 x 16
+    (24, 56, (8, 8)), (40, 13, (8, 1)), (12, 8, None),
+])
+def test_conv_tile(channels, width, want):
+    assert conv_tile(channels, width) == want
+
+
+def test_pixel_tile_fits_the_budget():
+    assert pixel_tile(56, 16) == 4 and pixel_tile(56, 8) == 8 and pixel_tile(7, 16) == 1
+    assert pixel_tile(None, 16) == 1 and pixel_tile(30, 16, budget=8) == 3
+
+
+# ---- weight packing --------------------------------------------------------------------------
+def test_pack_array_with_dim_order():
+    w = np.arange(20 * 3 * 2 * 2, dtype="float32").reshape(20, 3, 2, 2)
+    wp = pack_array(w, 0, 8, order=(2, 3, 1))            # [O/8, KH, KW, I, 8], zero padded
+    assert wp.shape == (3, 2, 2, 3, 8)
+    for o in range(24):
+        for i in range(3):
+            for ky in range(2):
+                for kx in range(2):
+                    want = w[o, i, ky, kx] if o < 20 else 0.0
+                    assert wp[o // 8, ky, kx, i, o % 8] == want
+    np.testing.assert_array_equal(pack_array(w, 0, 4), pack_array(w, 0, 4, order=(1, 2, 3)))
+
+
+# ---- split_block_iter --------------------------------------------------------------------------
+@T.prim_func
+def _blocked_view(C: T.Buffer((1, 2, 3, 4, 8), "float32"), E: T.Buffer((1, 16, 3, 4), "float32")):
+    for n, o, y, x in T.grid(1, 16, 3, 4):
+        with T.block("E"):
+            vn, vo, vy, vx = T.axis.remap("SSSS", [n, o, y, x])
+            E[vn, vo, vy, vx] = C[vn, vo // 8, vy, vx, vo % 8] + 1.0
+
+
+def test_split_block_iter_reads_the_blocked_buffer_one_to_one():
+    out = split_block_iter(_blocked_view, "E", 1, 8)
+    text = out.script()
+    assert "C[vn, vo_0, vy, vx, vo_1]" in text, text
+    assert "E[vn, vo_0 * 8 + vo_1, vy, vx]" in text, text
+    check_same_results(_blocked_view, out)
+
+
+def test_split_block_iter_refuses_what_it_cannot_split():
+    with pytest.raises(BlockIterError):
+        split_block_iter(_blocked_view, "E", 1, 5)        # 16 is not a multiple of 5
+    with pytest.raises(BlockIterError):
+        split_block_iter(_blocked_view, "E", 7, 8)        # no such iterator
