@@ -208,6 +208,9 @@ static kiln_status_t run(const vm_module_t* vm, const vm_state_t* state,
         st = kiln_value_copy(&regs[o[1]], &v);
         if (st == KILN_OK) set_reg(&regs[o[0]], v);
         break;
+      case KILN_OP_FREE: /* the value's last use is past: drop this register's reference */
+        kiln_value_release(&regs[o[0]]);
+        break;
       case KILN_OP_IF: {
         /* Recursion is bounded: the loader checked the IF call graph (no cycles, depth <= 64). */
         int taken = 0;

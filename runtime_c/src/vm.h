@@ -18,8 +18,9 @@ enum {
   KILN_OP_GET_ITEM = 7,
   KILN_OP_MOVE = 8,
   KILN_OP_RET = 9,
-  KILN_OP_IF = 10, /* format version 2 */
-  KILN_NUM_OPCODES = 11 /* opcodes are 1..10 */
+  KILN_OP_IF = 10,   /* format version 2 */
+  KILN_OP_FREE = 11, /* format version 2 */
+  KILN_NUM_OPCODES = 12 /* opcodes are 1..11 */
 };
 
 /* FUNCTIONS entry flags (format version 2). */
@@ -84,7 +85,7 @@ kiln_status_t kiln_vm_program_load(kiln_module_t* library, const kiln_library_in
                                    kiln_vm_program_t** out_program);
 void kiln_vm_program_free(kiln_vm_program_t* program);
 
-/* "LOAD_CONST" ... "IF", or "opcode?" for others. */
+/* "LOAD_CONST" ... "FREE", or "opcode?" for others. */
 const char* kiln_vm_opcode_name(uint32_t op);
 
 /* Sets *out_nbytes to the bytes of a compact tensor of `shape` (extents >= 0) and element size

@@ -32,7 +32,7 @@ const char* kiln_vm_opcode_name(uint32_t op) {
   static const char* const names[] = {"opcode?",  "LOAD_CONST", "ALLOC_ARENA",
                                       "ALLOC_OUTPUT", "CALL_KERNEL", "CALL_EXTERN",
                                       "MAKE_TUPLE", "GET_ITEM",   "MOVE",      "RET",
-                                      "IF"};
+                                      "IF",         "FREE"};
   return op < KILN_NUM_OPCODES ? names[op] : "opcode?";
 }
 
@@ -460,8 +460,8 @@ static kiln_status_t code_fail(const where_t* w, const char* fmt, ...) {
 
 /* Operand counts: fixed ones, and for variable ones the fixed prefix (whose last operand counts
  * the rest: ndim or nargs). */
-static const uint8_t kFixedOperands[KILN_NUM_OPCODES] = {0, 2, 0, 0, 0, 0, 0, 3, 2, 1, 0};
-static const uint8_t kPrefixOperands[KILN_NUM_OPCODES] = {0, 0, 6, 5, 2, 2, 2, 0, 0, 0, 5};
+static const uint8_t kFixedOperands[KILN_NUM_OPCODES] = {0, 2, 0, 0, 0, 0, 0, 3, 2, 1, 0, 1};
+static const uint8_t kPrefixOperands[KILN_NUM_OPCODES] = {0, 0, 6, 5, 2, 2, 2, 0, 0, 0, 5, 0};
 
 static kiln_status_t check_reg(const where_t* w, int64_t r, const char* what) {
   if (r < 0 || (uint64_t)r >= w->f->num_registers)
@@ -515,8 +515,9 @@ static kiln_status_t check_instr(const where_t* w, kiln_vm_instr_t* in, size_t* 
   const int64_t* o = in->ops;
   uint32_t n = in->num_ops, op = in->op;
   if (op == 0 || op >= KILN_NUM_OPCODES) return code_fail(w, "unknown opcode %u", (unsigned)op);
-  if (op == KILN_OP_IF && w->version < 2)
-    return code_fail(w, "IF needs format version 2, the blob says %u", (unsigned)w->version);
+  if ((op == KILN_OP_IF || op == KILN_OP_FREE) && w->version < 2)
+    return code_fail(w, "%s needs format version 2, the blob says %u", kiln_vm_opcode_name(op),
+                     (unsigned)w->version);
   if (kFixedOperands[op] && n != kFixedOperands[op])
     return code_fail(w, "takes %u operands, got %u", (unsigned)kFixedOperands[op], (unsigned)n);
   if (kPrefixOperands[op]) {
@@ -567,6 +568,8 @@ static kiln_status_t check_instr(const where_t* w, kiln_vm_instr_t* in, size_t* 
       for (uint32_t j = 5; j < n; ++j) TRY(check_reg(w, o[j], "argument"));
       if ((uint64_t)o[4] > *max_args) *max_args = (uint64_t)o[4];
       return KILN_OK;
+    case KILN_OP_FREE:
+      return check_reg(w, o[0], "freed");
     default: /* RET */
       return check_reg(w, o[0], "src");
   }

@@ -241,3 +241,27 @@ def test_init_is_reserved():
     fb = FunctionBuilder([x])
     with pytest.raises(LowerError, match="may not be named 'init'"):
         lower_module(IRModule({"init": fb.finish(x)}), "llvm")
+
+
+def test_symbolic_intermediates_are_freed_after_their_last_use():
+    """Symbolic-size intermediates live in ALLOC_OUTPUT (heap) tensors: each is released by FREE
+    right after its last reader, so a deep dynamic-shape model does not hold them all until
+    the call returns. What the call returns is never freed."""
+    n = Var("n", "int64")
+    x = GraphVar("x", ty(n))
+    fb = FunctionBuilder([x])
+    with fb.dataflow():
+        a = fb.emit(call_tir("add", [x, x], ty(n)))
+        b = fb.emit(call_tir("add", [a, x], ty(n)))
+        c = fb.emit(call_tir("add", [b, a], ty(n)))
+        gv = fb.emit_output(call_tir("add", [c, x], ty(n)))
+    spec, _ = lower({"add": add_func((n,))}, main=fb.finish(gv))
+    assert spec.function("main").code == [
+        I(Op.ALLOC_OUTPUT, [1, *F32, 1, -1]), I(Op.CALL_KERNEL, [0, 3, 0, 0, 1]),   # a
+        I(Op.ALLOC_OUTPUT, [2, *F32, 1, -1]), I(Op.CALL_KERNEL, [0, 3, 1, 0, 2]),   # b
+        I(Op.ALLOC_OUTPUT, [3, *F32, 1, -1]), I(Op.CALL_KERNEL, [0, 3, 2, 1, 3]),   # c
+        I(Op.FREE, [1]), I(Op.FREE, [2]),                                           # a, b dead
+        I(Op.ALLOC_OUTPUT, [4, *F32, 1, -1]), I(Op.CALL_KERNEL, [0, 3, 3, 0, 4]),
+        I(Op.FREE, [3]),
+        I(Op.RET, [4]),
+    ]

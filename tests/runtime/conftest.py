@@ -105,15 +105,18 @@ def fixture_spec():
 
 
 def _if_spec():
-    """Control flow over the fixture kernels: pick(c: int32[1], x: float32[8]) = IF(c, plus1,
-    same, x) with private branches plus1(x) = x + 1 (kernel "main") and same(x) = x."""
+    """Control flow over the fixture kernels: pick(c: int32[1], x: float32[8]) = IF(c, twice_plus1,
+    same, x) with private branches twice_plus1(x) = 2 * (x + 1) (kernels "main" then "scale",
+    the intermediate released by FREE) and same(x) = x."""
     from kiln.executable.format import ExecutableSpec, FunctionSpec, Instruction as I, Op, ParamSpec
 
     x8 = ParamSpec("x", "float32", [8])
     pick = FunctionSpec("pick", [ParamSpec("c", "int32", [1]), x8], [], 3, 0, [
         I(Op.IF, [2, 0, 1, 2, 1, 1]), I(Op.RET, [2])])
-    plus1 = FunctionSpec("plus1", [x8], [], 2, 0, [
-        I(Op.ALLOC_OUTPUT, [1, 2, 32, 1, 1, 8]), I(Op.CALL_KERNEL, [0, 2, 0, 1]), I(Op.RET, [1])], private=True)
+    plus1 = FunctionSpec("twice_plus1", [x8], [], 3, 0, [
+        I(Op.ALLOC_OUTPUT, [1, 2, 32, 1, 1, 8]), I(Op.CALL_KERNEL, [0, 2, 0, 1]),
+        I(Op.ALLOC_OUTPUT, [2, 2, 32, 1, 1, 8]), I(Op.CALL_KERNEL, [1, 2, 1, 2]),
+        I(Op.FREE, [1]), I(Op.RET, [2])], private=True)
     same = FunctionSpec("same", [x8], [], 1, 0, [I(Op.RET, [0])], private=True)
     return ExecutableSpec("llvm -mtriple=x86_64-unknown-linux-gnu -mcpu=generic", ["main", "scale"], [], [],
                           [pick, plus1, same])

@@ -4,9 +4,9 @@
  *   vm_test FIXTURE.so BLOB MODEL.so IF_BLOB
  * FIXTURE.so: the fixture kernel library; BLOB: an executable over it (conftest.py's
  * fixture_spec: forward, quad, escape, ident; extern "test.relu_shift"); MODEL.so: the kernels
- * and that blob linked into one library; IF_BLOB: an executable with control flow (if_spec:
- * pick(c, x) = IF(c, plus1, same, x), the branches private). Prints "ALL OK" and exits 0 when
- * every check passes. */
+ * and that blob linked into one library; IF_BLOB: an executable with control flow and FREE
+ * (if_spec: pick(c, x) = IF(c, twice_plus1, same, x), the branches private). Prints "ALL OK"
+ * and exits 0 when every check passes. */
 #define _POSIX_C_SOURCE 200809L
 #include <dlfcn.h>
 #include <pthread.h>
@@ -453,16 +453,16 @@ static void test_if(void) {
   kiln_module_t* vm = NULL;
   CHECK_OK(load(g_if_blob, g_if_blob_size, &vm));
   CHECK_OK(init(vm, NULL));
-  for (int32_t c = 0; c < 2; ++c) { /* c: plus1 (x + 1); else same (x) */
+  for (int32_t c = 0; c < 2; ++c) { /* c: twice_plus1 (2 * (x + 1)); else same (x) */
     kiln_value_t r = {KILN_VALUE_NULL, {0}};
     CHECK_OK(call_pick(vm, c, x8, &r));
     CHECK(r.kind == KILN_VALUE_TENSOR);
     for (int i = 0; r.kind == KILN_VALUE_TENSOR && i < 8; ++i)
-      CHECK(fdata(r.u.tensor)[i] == (float)(c ? i + 2 : i + 1));
+      CHECK(fdata(r.u.tensor)[i] == (float)(c ? 2 * (i + 2) : i + 1));
     kiln_value_release(&r);
   }
   kiln_function_t* fn = NULL;
-  CHECK(kiln_module_get_function(vm, "plus1", &fn) == KILN_ERR_NOT_FOUND); /* private */
+  CHECK(kiln_module_get_function(vm, "twice_plus1", &fn) == KILN_ERR_NOT_FOUND); /* private */
   CHECK(kiln_module_num_functions(vm) == 3);                               /* init, profile, pick */
   kiln_module_release(vm);
   /* truncated and corrupted copies: refused cleanly or run */

@@ -215,8 +215,9 @@ def deserialize(blob: bytes) -> ExecutableSpec:
         _check_code(f, len(constants), len(kernels), len(externs), where=lambda i: f" (byte {offsets[i]})")
         if any(g.name == name for g in functions):
             raise FormatError(f"FUNCTIONS: function {k} (byte {at}): duplicate function name '{name}'")
-        if version < 2 and any(int(ins.opcode) == 10 for ins in f.code):
-            raise FormatError(f"FUNCTIONS: function '{name}': opcode 10 (IF) needs format version 2, "
+        new_ops = [int(ins.opcode) for ins in f.code if int(ins.opcode) in (10, 11)]
+        if version < 2 and new_ops:
+            raise FormatError(f"FUNCTIONS: function '{name}': opcode {new_ops[0]} needs format version 2, "
                               f"the blob says {version}")
         functions.append(f)
     _check_calls(functions)

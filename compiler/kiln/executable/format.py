@@ -34,7 +34,7 @@ from ..ir import dtype as dt
 
 MAGIC = b"KILNEXE\0"
 FORMAT_VERSION = 2
-# Version 2 added IF (control flow) and the FUNCTIONS entry's flags (private functions).
+# Version 2 added IF (control flow), FREE and the FUNCTIONS entry's flags (private functions).
 MIN_FORMAT_VERSION_WITH_FLAGS = 2
 FUNCTION_PRIVATE = 1  # FUNCTIONS flags bit: callable only through IF, not from the VM module
 HEADER_SIZE = 64
@@ -75,6 +75,7 @@ class Op(enum.IntEnum):
     MOVE = 8
     RET = 9
     IF = 10
+    FREE = 11
 
 
 class FormatError(ValueError):
@@ -182,7 +183,7 @@ def align_up(n: int, a: int = ALIGN) -> int:
 
 
 # Operand counts: fixed prefix, and which operand (if any) counts the variable tail.
-_FIXED = {Op.LOAD_CONST: 2, Op.GET_ITEM: 3, Op.MOVE: 2, Op.RET: 1}
+_FIXED = {Op.LOAD_CONST: 2, Op.GET_ITEM: 3, Op.MOVE: 2, Op.RET: 1, Op.FREE: 1}
 _VARIADIC = {Op.ALLOC_ARENA: (6, 5), Op.ALLOC_OUTPUT: (5, 4), Op.CALL_KERNEL: (2, 1),
              Op.CALL_EXTERN: (2, 1), Op.MAKE_TUPLE: (2, 1), Op.IF: (5, 4)}
 
@@ -381,8 +382,8 @@ def _check_code(f: FunctionSpec, num_consts: int, num_kernels: int, num_externs:
         elif op == Op.MOVE:
             reg(i, ops[0], "dst")
             reg(i, ops[1], "src")
-        elif op == Op.RET:
-            reg(i, ops[0], "src")
+        elif op in (Op.RET, Op.FREE):
+            reg(i, ops[0], "src" if op == Op.RET else "freed")
         elif op == Op.IF:
             reg(i, ops[0], "dst")
             reg(i, ops[1], "cond")

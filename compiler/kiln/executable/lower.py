@@ -18,6 +18,10 @@ How one function becomes code:
   its shape is static and it cannot escape the call; it is ``ALLOC_OUTPUT`` when it may be
   returned (directly, through an alias, or inside a returned tuple) or its shape is symbolic;
 - tuples are ``MAKE_TUPLE`` / ``GET_ITEM``; the body ends with ``RET``;
+- a register that may hold heap memory (an ``ALLOC_OUTPUT`` tensor or an ``IF`` result, or a
+  tuple, item or alias of one) and is not returned is released with ``FREE`` right after the
+  instruction that reads it last, so a symbolic-size intermediate is freed as soon as it is
+  dead, not when the call returns;
 - ``call_if(cond, then_f, else_f, args)`` is ``IF dst, cond, then_f, else_f, args``: the VM
   calls one of the two graph functions (marked private when their ``"private"`` attribute is
   set). The callee allocates its own results, and may return one of its arguments, so the
@@ -278,6 +282,7 @@ class _FunctionLowering:
             else:
                 regs[b.var] = value(v, i)
         code.append(Instruction(Op.RET, [value(self.func.body, len(self.bindings))]))
+        code = insert_frees(code)
         return FunctionSpec(self.name, self.params, list(self.sym_names), counter[0],
                             self.plan.arena_size, code, private=bool(self.func.attr("private", False)))
 
@@ -330,6 +335,61 @@ class _FunctionLowering:
         dst = new_reg()
         code.append(Instruction(Op.MAKE_TUPLE, [dst, len(out_regs), *out_regs]))
         return dst
+
+
+# Which operands an instruction reads as registers, and which register it defines.
+def _reads(ins: Instruction) -> List[int]:
+    op, o = Op(ins.opcode), [int(x) for x in ins.operands]
+    if op in (Op.CALL_KERNEL, Op.CALL_EXTERN, Op.MAKE_TUPLE):
+        return o[2:]
+    if op in (Op.GET_ITEM, Op.MOVE):
+        return [o[1]]
+    if op == Op.IF:
+        return [o[1]] + o[5:]
+    if op == Op.RET:
+        return [o[0]]
+    return []
+
+
+def _heap_and_returned(code: List[Instruction]):
+    """Registers that may hold heap memory (ALLOC_OUTPUT, IF, and tuples / items / aliases of
+    them; arena views and constants free nothing), and registers whose value may be returned."""
+    heap, sources = set(), {}
+    for ins in code:
+        op, o = Op(ins.opcode), [int(x) for x in ins.operands]
+        if op in (Op.ALLOC_OUTPUT, Op.IF):
+            heap.add(o[0])
+        elif op in (Op.MAKE_TUPLE, Op.GET_ITEM, Op.MOVE):
+            sources[o[0]] = o[2:] if op == Op.MAKE_TUPLE else [o[1]]
+            if heap.intersection(sources[o[0]]):
+                heap.add(o[0])
+    todo = [int(ins.operands[0]) for ins in code if Op(ins.opcode) == Op.RET]
+    returned = set()
+    while todo:
+        r = todo.pop()
+        if r not in returned:
+            returned.add(r)
+            todo += sources.get(r, [])
+    return heap, returned
+
+
+def insert_frees(code: List[Instruction]) -> List[Instruction]:
+    """``code`` with ``FREE r`` after the last instruction reading ``r``, for every register
+    that may hold heap memory and is not returned (see the module docstring)."""
+    last_read: Dict[int, int] = {}
+    for i, ins in enumerate(code):
+        for r in _reads(ins):
+            last_read[r] = i
+    heap, returned = _heap_and_returned(code)
+    frees: Dict[int, List[int]] = {}
+    for r in sorted(heap - returned):
+        if r in last_read:
+            frees.setdefault(last_read[r], []).append(r)
+    out: List[Instruction] = []
+    for i, ins in enumerate(code):
+        out.append(ins)
+        out += [Instruction(Op.FREE, [r]) for r in frees.get(i, [])]
+    return out
 
 
 def lower_function(name: str, func: Function, tables: Tables,
