@@ -41,14 +41,13 @@ CASES = [
     ((1, 3, 23, 23), (16, 3, 7, 7), {"padding": (3, 3), "strides": (2, 2)}, "conv nchwc: tile 6x16"),
     ((2, 5, 9, 10), (24, 5, 3, 3), {"padding": (0, 1, 2, 1)}, "conv nchwc: tile 10x8"),   # bn 8
     ((1, 8, 7, 7), (40, 8, 3, 3), {"padding": (2, 2), "dilation": (2, 2)}, "conv nchwc: tile 7x8"),
-    ((1, 16, 13, 13), (16, 16, 3, 3), {"padding": (1, 1)}, "conv nchwc: tile 1x16"),    # prime width
-    ((1, 96, 7, 7), (32, 96, 1, 1), {}, "conv nchwc: tile 7x8"),
-    ((1, 24, 9, 9), (24, 1, 3, 3), {"padding": (1, 1), "strides": (2, 2), "groups": 24},
-     "conv nchwc: tile 5x8"),
-    ((1, 32, 9, 9), (32, 1, 3, 3), {"padding": (1, 1), "strides": (2, 2), "groups": 32},
-     "conv nchwc: tile 5x16"),
-    ((1, 16, 14, 14), (16, 1, 5, 5), {"padding": (2, 2), "strides": (2, 2), "groups": 16},
-     "conv nchwc: tile 7x8"),
+    ((1, 16, 13, 13), (16, 16, 3, 3), {"padding": (1, 1)}, "conv nchwc: tile 5x16"),    # prime width: 5+5+3
+    ((1, 96, 7, 7), (32, 96, 1, 1), {}, "conv nchwc: tile 4x16"),                      # 4+3
+    # depthwise: NCHW at any stride (stride-2 lanes are loads + shuffles, faster than repacking)
+    ((1, 24, 9, 9), (24, 1, 3, 3), {"padding": (1, 1), "strides": (2, 2), "groups": 24}, "conv: "),
+    ((1, 32, 9, 9), (32, 1, 3, 3), {"padding": (1, 1), "strides": (2, 2), "groups": 32}, "conv: "),
+    ((1, 16, 14, 14), (16, 1, 5, 5), {"padding": (2, 2), "strides": (2, 2), "groups": 16}, "conv: "),
+    ((1, 16, 28, 28), (32, 16, 3, 3), {"padding": (1, 1)}, "conv nchwc: tile 6x16"),   # 4x6+4
     # NCHW: output channels not a multiple of 8, grouped, unit-stride depthwise / short
     # reduction on a wide image
     ((1, 8, 10, 10), (12, 8, 3, 3), {"padding": (1, 1)}, "conv: "),
@@ -114,17 +113,30 @@ def test_runtime_weight_keeps_nchw():
 
 # ---- tile choice ---------------------------------------------------------------------------
 @pytest.mark.parametrize("channels,width,want", [
-    (64, 56, (16, 4)), (64, 112, (16, 4)), (64, 60, (16, 6)),
-    (512, 7, (8, 7)), (256, 14, (8, 7)),          # 7 x 8 beats 1 x 16 / 2 x 16
-    (24, 56, (8, 8)), (40, 13, (8, 1)), (12, 8, None),
+    (64, 56, (16, 6)), (64, 112, (16, 6)), (64, 60, (16, 6)), (64, 28, (16, 6)),
+    (512, 7, (16, 4)), (256, 14, (16, 5)),        # guarded last tiles: 4+3, 5+5+4
+    (24, 56, (8, 12)), (40, 13, (8, 8)), (16, 3, (16, 3)), (12, 8, None),
 ])
 def test_conv_tile(channels, width, want):
     assert conv_tile(channels, width) == want
 
 
 def test_pixel_tile_fits_the_budget():
-    assert pixel_tile(56, 16) == 4 and pixel_tile(56, 8) == 8 and pixel_tile(7, 16) == 1
-    assert pixel_tile(None, 16) == 1 and pixel_tile(30, 16, budget=8) == 3
+    assert pixel_tile(56, 16) == 6 and pixel_tile(56, 8) == 12 and pixel_tile(7, 16) == 4
+    assert pixel_tile(None, 16) == 1 and pixel_tile(30, 16, budget=8) == 4
+    assert pixel_tile(2, 16) == 2                  # never wider than the row
+
+
+def test_guarded_last_tile_is_peeled_off():
+    """56 = 9 x 6 + 2: nine tiles without guards, then one guarded tile (partition_loops)."""
+    from kiln.lower import lower_prim_func
+    from kiln.ir import IfThenElse, collect
+    mod = _conv_model((1, 16, 56, 56), (16, 16, 3, 3), padding=(1, 1))
+    out = kiln.get_pipeline("default")(mod)
+    (name,) = kernels(out)
+    assert attr(out[name], "kiln.schedule").startswith("conv nchwc: tile 6x16")
+    text = lower_prim_func(out[name]).script()
+    assert "in range(9):" in text and "T.serial(9, 10)" in text, text
 
 
 # ---- weight packing --------------------------------------------------------------------------

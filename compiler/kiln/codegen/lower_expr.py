@@ -36,6 +36,14 @@ from . import mathfuncs
 from .errors import CodegenError
 
 CONTRACT = ("contract",)
+# Loads with a constant lane stride up to this are contiguous loads plus shuffles
+# (``_strided_load``); larger strides gather.
+MAX_SHUFFLE_STRIDE = 4
+
+
+def _lanes_const(idx):
+    """A shufflevector mask."""
+    return ir.Constant(ir.VectorType(ir.IntType(32), len(idx)), [int(i) for i in idx])
 
 
 @dataclass(frozen=True)
@@ -195,6 +203,9 @@ class ExprLowerer:
                 fn = cg.intrinsic(b.module, "llvm.masked.load", vty, [cg.PTR, cg.I32, self.vec.mask.type, vty],
                                   [vty, cg.PTR])
                 v = b.call(fn, [ptr, cg.I32(align), self.vec.mask, ir.Constant(vty, ir.Undefined)])
+        elif isinstance(off, Affine) and self.vec.mask is None and self.vec.lanes > 1 \
+                and 2 <= off.stride <= MAX_SHUFFLE_STRIDE:
+            v = self._strided_load(info.ptr, off, mty, align)
         elif isinstance(off, Affine) or cg.is_vector(off):
             v = self._gather(info.ptr, self.materialize(off), mty, align)
         else:
@@ -202,6 +213,37 @@ class ExprLowerer:
         if dt.is_bool(buffer.dtype):
             v = b.icmp_unsigned("!=", v, cg.const_like(v, 0))
         return v
+
+    def _strided_load(self, base, off: "Affine", mty, align):
+        """Lanes ``base + stride * k`` (small constant stride, every lane active) as contiguous
+        vector loads of the span they cover, picked out with shuffles: a stride-2 pool or conv
+        reads two vectors and shuffles once instead of gathering lane by lane. The loads stay
+        inside the span from the first lane's element to the last one's, which a gather of
+        the same lanes touches too."""
+        lanes, stride, b = self.vec.lanes, off.stride, self.b
+        vty = ir.VectorType(mty, lanes)
+        need = stride * (lanes - 1) + 1
+        starts = list(range(0, need - lanes + 1, lanes))
+        if starts[-1] + lanes < need:
+            starts.append(need - lanes)      # the last chunk ends at the last lane's element
+        chunks = [b.load(b.gep(base, [b.add(off.base, cg.I64(st)) if st else off.base],
+                               inbounds=True, source_etype=mty), typ=vty, align=align)
+                  for st in starts]
+        # The chunk (and the lane in it) each result lane comes from: the first that holds it.
+        src = []
+        for k in range(lanes):
+            e = stride * k
+            c = next(i for i, st in enumerate(starts) if st <= e < st + lanes)
+            src.append((c, e - starts[c]))
+        if len(chunks) == 1:
+            return b.shuffle_vector(chunks[0], chunks[0], _lanes_const([lane for _, lane in src]))
+        # Lanes of chunks not merged yet take a placeholder (0) and are overwritten later.
+        result = b.shuffle_vector(chunks[0], chunks[1], _lanes_const(
+            [lane if ch == 0 else lanes + lane if ch == 1 else 0 for ch, lane in src]))
+        for c in range(2, len(chunks)):
+            result = b.shuffle_vector(result, chunks[c], _lanes_const(
+                [lanes + lane if ch == c else k for k, (ch, lane) in enumerate(src)]))
+        return result
 
     def _vector_ptrs(self, base, offs, mty):
         ptrs = self.b.gep(base, [offs], inbounds=True, source_etype=mty)

@@ -10,21 +10,16 @@ vector load gives the weights of ``bn`` output channels for one input tap, and t
 ``conv2d_nchwc[n, o // bn, y, x, o % bn]`` (the block ``conv2d_nchwc``, which
 the kernel builder annotates ``kiln.layout = nchwc`` so that the schedule finds it) and read back as NCHW by the
 elementwise block ``conv2d``, which the schedule folds into the register tile's write-back:
-
-- regular conv (groups = 1): ``sum over (ry, rx, rc) pad[n, rc, y*s + ry*d, x*s + rx*d] *
-  Wp[o // bn, ry, rx, rc, o % bn]``: the input is broadcast, the weight is a vector load;
-- depthwise conv (groups = C = O): the input is padded *and* packed to NCHW[bn]c in the block
-  ``conv2d_pad`` so that both operands are vector loads along the channel block:
-  ``sum over (ry, rx) padc[n, o // bn, y*s + ry*d, x*s + rx*d, o % bn] * Wp[o // bn, ry, rx, 0, o % bn]``.
+``sum over (ry, rx, rc) pad[n, rc, y*s + ry*d, x*s + rx*d] * Wp[o // bn, ry, rx, rc, o % bn]``
+(the input is broadcast, the weight is a vector load). Only regular convolutions (groups = 1)
+are blocked: depthwise ones measured faster in the NCHW schedule (``transform/conv_blocked.py``).
 """
 from __future__ import annotations
 
-from ..ir.expr import Select
 from .. import te
 from ..ir.graph import TensorType
-from .common import const_dim, literal
 from .nn import _conv_shape
-from .transform import _and, _max, _min, last_index, padded
+from .transform import padded
 
 # The name of the blocked reduction block (the schedule rule looks for it).
 BLOCK_NAME = "conv2d_nchwc"
@@ -42,8 +37,7 @@ def _tap(o, r, stride, dilation):
 
 def conv2d_nchwc(x: te.Tensor, wp: te.Tensor, w_shape, attrs: dict, bn: int) -> te.Tensor:
     """NCHW ``conv2d(x, W)`` from the packed weight ``wp`` (``[O/bn, KH, KW, I, bn]`` of the
-    weight of shape ``w_shape``), computed in blocks of ``bn`` output channels; groups must be
-    1 or the channel count (depthwise, one filter per channel)."""
+    weight of shape ``w_shape``), computed in blocks of ``bn`` output channels; groups must be 1."""
     shape, strides, before, after, dilation, groups, kernel = _geometry(x, w_shape, attrs)
     n_out, cg = int(w_shape[0]), int(w_shape[1])
     if n_out % bn:
@@ -53,49 +47,17 @@ def conv2d_nchwc(x: te.Tensor, wp: te.Tensor, w_shape, attrs: dict, bn: int) -> 
     rx = te.reduce_axis((0, kernel[1]), name="rx")
     sy, sx = strides
     dy, dx = dilation
-    if groups == 1:
-        pad = x
-        if any(before) or any(after):
-            pad = padded(x, [(0, 0), (0, 0)] + list(zip(before, after)), 0.0, name="conv2d_pad")
-        rc = te.reduce_axis((0, cg), name="rc")
+    if groups != 1:
+        raise ValueError(f"conv2d_nchwc: groups={groups} with weight {tuple(w_shape)}; only regular "
+                         "convolutions (groups = 1) are computed channel-blocked")
+    pad = x
+    if any(before) or any(after):
+        pad = padded(x, [(0, 0), (0, 0)] + list(zip(before, after)), 0.0, name="conv2d_pad")
+    rc = te.reduce_axis((0, cg), name="rc")
 
-        def f(n, ob, y, xx, oi):
-            return te.sum(pad[n, rc, _tap(y, ry, sy, dy), _tap(xx, rx, sx, dx)] *
-                          wp[ob, ry, rx, rc, oi], axis=[ry, rx, rc])
-    elif cg == 1 and groups == n_out:
-        padc = _pad_pack(x, before, after, bn)
-
-        def f(n, ob, y, xx, oi):
-            return te.sum(padc[n, ob, _tap(y, ry, sy, dy), _tap(xx, rx, sx, dx), oi] *
-                          wp[ob, ry, rx, 0, oi], axis=[ry, rx])
-    else:
-        raise ValueError(f"conv2d_nchwc: groups={groups} with weight {tuple(w_shape)} is neither "
-                         "a regular nor a depthwise convolution")
+    def f(n, ob, y, xx, oi):
+        return te.sum(pad[n, rc, _tap(y, ry, sy, dy), _tap(xx, rx, sx, dx)] *
+                      wp[ob, ry, rx, rc, oi], axis=[ry, rx, rc])
     out = te.compute(blocked, f, name=BLOCK_NAME)
     return te.compute(shape, lambda n, o, y, xx: out[n, o // bn, y, xx, o % bn], name="conv2d")
 
-
-def _pad_pack(x: te.Tensor, before, after, bn: int) -> te.Tensor:
-    """``x`` (NCHW, C a multiple of ``bn``) zero-padded and packed to NCHW[bn]c:
-    ``padc[n, c // bn, y, x, c % bn]``. Loads are clamped into ``x`` (codegen evaluates both
-    sides of a Select)."""
-    n, c, h, w = x.shape
-    hp = const_dim(h) + before[0] + after[0]
-    wpd = const_dim(w) + before[1] + after[1]
-    fill = literal(0.0, x.dtype)
-
-    def f(b, cb, yy, xx, ci):
-        idx, conds = [], []
-        for p, size, lo, hi in ((yy, h, before[0], after[0]), (xx, w, before[1], after[1])):
-            src = p - lo if lo else p
-            if lo:
-                conds.append(src >= 0)
-                src = _max(src, 0)
-            if hi:
-                conds.append(src < size)
-                src = _min(src, last_index(size))
-            idx.append(src)
-        load = x[b, cb * bn + ci, idx[0], idx[1]]
-        cond = _and(conds)
-        return load if cond is None else Select(cond, load, fill)
-    return te.compute((n, const_dim(c) // bn, hp, wpd, bn), f, name="conv2d_pad")

@@ -16,7 +16,9 @@ hand-written schedules are left alone) is scheduled with ``kiln.Schedule``:
      conv2d): the register-tile recipe of ``bench/matmul.py`` (``schedule_tile.py``), with
      the elementwise epilogue (bias, batch-norm scale/shift, relu, gelu) folded into the
      tile's write-back;
-   - ``reduction`` (softmax, layer_norm, sums, pooling): other blocks computed under the
+   - ``pool`` (max_pool2d, avg_pool2d over NCHW): window loops outside the output columns,
+     which are vectorized (``schedule_pool.py``);
+   - ``reduction`` (softmax, layer_norm, sums, other pooling): other blocks computed under the
      output's row loops, rows parallel, inner loops vectorized (``schedule_reduction``);
 
 3. the kernel gets the attribute ``kiln.schedule`` saying what it got, e.g.
@@ -38,6 +40,7 @@ from .kernels import ATTR_SCHEDULE, PACK_ANNOTATION
 from .schedule_rules import (block_infos, consumers, has_select, inline_intermediates,
                              schedule_reduction, schedule_spatial, serial_loops_only)
 from .schedule_conv import find_blocked_conv, schedule_blocked_conv
+from .schedule_pool import pool_block, schedule_pool
 from .schedule_tile import analyze_contraction, schedule_contraction
 
 
@@ -118,6 +121,8 @@ def _by_kind(func: PrimFunc, ctx: PassContext) -> Tuple[PrimFunc, str]:
             kind = "conv" if len(c.reduce) > 1 else "matmul"
             desc = schedule_contraction(sch, c, ctx, kind)
             return sch.func, desc
+        if pool_block(sch.func) is not None:
+            return schedule_pool(sch.func, ctx)
     desc = schedule_reduction(sch, ctx)
     return sch.func, desc
 

@@ -16,12 +16,14 @@ block, ``bn`` = 8 or 16) gets:
   (``block_iter.split_block_iter``) so that it reads the tile one to one
   (``reverse_compute_inline``); the write-back stores ``bn`` channels of one pixel (a
   scatter across channel planes, once per tile);
-- padding (and, for depthwise, packing the input to NCHW[bn]c) as its own parallel pass;
+- padding as its own parallel pass;
 - ``(n, ob, y)`` fused and parallel: one block of output channels keeps its weights in cache
   while all its rows stream past; or ``(n, y, ob)`` when re-reading the weights per row costs
   less than re-reading the input per channel block (1x1 convs on large images).
 
-``bn`` and ``XT`` are chosen together (``conv_blocked.conv_tile``); ``XT`` divides the width.
+``bn`` and ``XT`` are chosen together (``conv_blocked.conv_tile``). ``XT`` need not divide the
+width: the split guards the last tile of each row, and lowering (``partition_loops``) peels that
+tile off so that the other tiles run without guards.
 """
 from __future__ import annotations
 

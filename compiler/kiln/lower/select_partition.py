@@ -1,0 +1,167 @@
+"""Split a vectorized loop where the conditions under it stop varying: ``partition_selects``.
+
+Zero padding (``pad``, the ``conv2d_pad`` block in front of a padded convolution) reads its
+input through clamped indices under a condition, since codegen evaluates both sides of a
+``Select``::
+
+    for i3 in T.vectorized(58):
+        P[r, i3] = T.Select(i3 - 1 >= 0 and i3 - 1 < 56, X[r, T.min(T.max(i3 - 1, 0), 55)], 0.0)
+
+A clamped index is not affine in the loop variable, so every chunk of lanes is a gather. Only
+the border lanes need the clamp: for ``1 <= i3 < 57`` the condition holds and the clamp is the
+identity, so the loop splits into three::
+
+    for i3 in T.vectorized(0, 1):  ... (as before)
+    for i3 in T.vectorized(1, 57): P[r, i3] = X[r, i3 - 1]      # plain vector loads
+    for i3 in T.vectorized(57, 58): ... (as before)
+
+and the final simplification (``lower_prim_func``, which knows each loop's range) folds the
+condition and the clamps in the middle loop. The same goes for the ``if`` of a padded pool
+window (``x * 2 + rx - 1 >= 0`` fails only for ``x = 0``), which would otherwise mask every
+chunk. The conditions looked at are those of Selects and of ``if`` s without ``else``: each
+part of their conjunction that uses the loop variable must be a comparison ``a < b`` (``<=``,
+``>``, ``>=``) with ``a - b`` affine in it (a constant slope) and a rest bounded over the
+ranges of the other loops it uses (constant bounds); it holds in the middle for every value of
+those. Parts that do not use the loop variable (a condition on the row, the same for all
+lanes) stay as they are.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Optional, Tuple
+
+from ..arith import Analyzer
+from ..ir import (And, Block, BlockRealize, For, GE, GT, IfThenElse, IntImm, LE, LT, Range, Select,
+                  SeqStmt, Var, collect, substitute)
+from ..ir.expr import is_const_int
+from ..schedule.regions import bound, free_of, loop_ranges
+
+# Below this many lanes in the middle the split is not worth two more loops.
+MIN_INTERIOR = 4
+
+
+def _conjuncts(cond) -> list:
+    if isinstance(cond, And):
+        return _conjuncts(cond.a) + _conjuncts(cond.b)
+    return [cond]
+
+
+def _true_range(c, v: Var, ranges: Dict[Var, Range], ana: Analyzer
+                ) -> Optional[Tuple[Optional[int], Optional[int]]]:
+    """``(lo, hi)``: ``c`` holds for every ``lo <= v < hi`` (None: unbounded on that side),
+    whatever values the other loop variables in it take in ``ranges``; None when ``c`` is not
+    a comparison affine in ``v`` with a constant slope and a rest bounded over ``ranges``."""
+    if not isinstance(c, (LT, LE, GT, GE)) or not c.a.dtype.startswith(("int", "uint")):
+        return None
+    d = ana.simplify(c.a - c.b)
+    # Normalize to ``s * v + r < 0`` (integers: ``d <= 0`` is ``d - 1 < 0``).
+    if isinstance(c, LE):
+        d = ana.simplify(d - 1)
+    elif isinstance(c, GT):
+        d = ana.simplify(-d)
+    elif isinstance(c, GE):
+        d = ana.simplify(-d - 1)
+    s = ana.simplify(substitute(d, {v: v + 1}) - d)
+    rest = ana.simplify(d - s * v)
+    if not isinstance(s, IntImm) or s.value == 0 or not free_of(rest, [v]):
+        return None
+    # The condition must hold for the largest rest: bound it over the other loops.
+    _, r = bound(rest, ranges)
+    r = ana.simplify(r) if r is not None else None
+    if not isinstance(r, IntImm):
+        return None
+    s, r = s.value, r.value
+    if s > 0:       # v < ceil(-r / s)
+        return None, -(r // s)
+    return r // -s + 1, None     # v > r / |s|
+
+
+def _conditions(body) -> list:
+    """The conditions of the Selects and of the ``if`` s (without ``else``) in ``body``."""
+    out = [sel.condition for sel in collect(body, Select)]
+    out += [s.condition for s in collect(body, IfThenElse) if s.else_case is None]
+    return out
+
+
+def _interior(loop: For, outer: Dict[Var, Range], ana: Analyzer) -> Optional[Tuple[int, int]]:
+    """The range of ``loop``'s variable where every qualifying condition under it holds, when
+    it is a proper, wide enough part of the loop."""
+    v = loop.loop_var
+    if not (is_const_int(loop.min) and is_const_int(loop.extent)):
+        return None
+    start, end = loop.min.value, loop.min.value + loop.extent.value
+    ranges = dict(outer)
+    ranges.update(loop_ranges([f for f in collect(loop.body, For)]))
+    lo, hi = start, end
+    found = False
+    for cond in _conditions(loop.body):
+        for c in _conjuncts(cond):
+            used = collect(c, Var)
+            if not any(x is v for x in used) or any(x is not v and x not in ranges for x in used):
+                continue        # lane-invariant (a row condition), or in unknown variables
+            rng = _true_range(c, v, ranges, ana)
+            if rng is None:
+                continue
+            found = True
+            if rng[0] is not None:
+                lo = max(lo, rng[0])
+            if rng[1] is not None:
+                hi = min(hi, rng[1])
+    # Only where the conditions hold on most of the loop (padding borders, a pool's first
+    # column): a guard that fails on most lanes (a split's last chunk) is left to the masks.
+    if not found or hi - lo < max(MIN_INTERIOR, (end - start + 1) // 2) or \
+            (lo == start and hi == end):
+        return None
+    return lo, hi
+
+
+def _split(loop: For, lo: int, hi: int) -> SeqStmt:
+    start, end = loop.min.value, loop.min.value + loop.extent.value
+    parts: List[For] = []
+    for a, b in ((start, lo), (lo, hi), (hi, end)):
+        if b > a:
+            v = Var(loop.loop_var.name, loop.loop_var.dtype)
+            body = substitute(loop.body, {loop.loop_var: v})
+            parts.append(For(v, IntImm(a, v.dtype), IntImm(b - a, v.dtype), loop.kind, body,
+                             loop.thread_binding, loop.annotations))
+    return SeqStmt(tuple(parts))
+
+
+def partition_selects(func):
+    """Split every vectorized loop as the module docstring says; other loops are kept."""
+    ana = Analyzer()
+    outer: Dict[Var, Range] = {}
+
+    def visit(s):
+        if isinstance(s, For):
+            if s.kind == "vectorized":
+                inner = _interior(s, outer, ana)
+                if inner is not None:
+                    return _split(s, *inner)
+                return s
+            known = is_const_int(s.min) and is_const_int(s.extent)
+            if known:
+                outer[s.loop_var] = Range(s.min, s.extent)
+            body = visit(s.body)
+            outer.pop(s.loop_var, None)
+            return s if body is s.body else For(s.loop_var, s.min, s.extent, s.kind, body,
+                                                s.thread_binding, s.annotations)
+        if isinstance(s, SeqStmt):
+            seq = tuple(visit(x) for x in s.seq)
+            return s if all(a is b for a, b in zip(seq, s.seq)) else SeqStmt(seq)
+        if isinstance(s, BlockRealize):
+            b = s.block
+            body = visit(b.body)
+            if body is b.body:
+                return s
+            return BlockRealize(s.iter_values, s.predicate,
+                                Block(b.name_hint, b.iter_vars, b.reads, b.writes, body, b.init,
+                                      b.alloc_buffers, b.annotations))
+        if isinstance(s, IfThenElse):
+            then = visit(s.then_case)
+            other = visit(s.else_case) if s.else_case is not None else None
+            if then is s.then_case and other is s.else_case:
+                return s
+            return IfThenElse(s.condition, then, other)
+        return s
+
+    return func.with_body(visit(func.body))
