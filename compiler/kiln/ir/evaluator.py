@@ -3,7 +3,9 @@ tensor IR; codegen and every schedule primitive are tested against it.
 
 It translates the program into Python source (one nested loop per IR loop) and executes that,
 which is slow but simple and obviously faithful. Loop kinds (parallel, vectorized, thread
-bindings) run serially. A block's ``init`` runs when all its reduction iterators are at their
+bindings) run serially. A reduction block's ``init`` runs before its reduction loops
+(``reduce_init.hoist_reduction_inits``), so an empty reduction yields its start value; an init
+that cannot be separated from the loops runs when all its reduction iterators are at their
 first value. Scratch buffers start filled with NaN (floats) or a sentinel (ints) so that a
 program that reads before it writes shows it.
 
@@ -20,6 +22,7 @@ from . import dtype as dt
 from .expr import (Add, And, Buffer, BufferLoad, Call, Cast, Div, EQ, FloatImm, FloorDiv, FloorMod,
                    GE, GT, IntImm, LE, LT, Max, Min, Mul, NE, Not, Or, PrimExpr, Select, Sub, Var)
 from .function import IRModule, PrimFunc
+from .reduce_init import hoist_reduction_inits
 from .stmt import (Block, BlockRealize, BufferStore, Evaluate, For, IfThenElse, SeqStmt)
 
 _BINARY = {Add: "+", Sub: "-", Mul: "*", FloorDiv: "//", FloorMod: "%",
@@ -159,6 +162,7 @@ def _scratch(shape, dtype: str):
 
 def to_python(func: PrimFunc) -> str:
     """The Python source the evaluator runs for ``func`` (useful when debugging a program)."""
+    func = hoist_reduction_inits(func)
     em = _Emitter()
     params = [em.name(p) for p in func.params]
     body_start = len(em.lines)

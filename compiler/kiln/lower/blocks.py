@@ -1,17 +1,22 @@
 """Turn blocks into plain loop code: ``opaque_blocks``.
 
-    with T.block("C"):                         if vk == 0:   (vk bound to k)
-        vi, vj, vk = T.axis.remap(...)     =>      C[i, j] = 0
-        with T.init(): C[vi, vj] = 0           C[i, j] = C[i, j] + A[i, k] * B[k, j]
-        C[vi, vj] = C[vi, vj] + ...
+    for k in range(n):                          C[i, j] = 0
+        with T.block("C"):                      for k in range(n):
+            vi, vj, vk = T.axis.remap(...)  =>      C[i, j] = C[i, j] + A[i, k] * B[k, j]
+            with T.init(): C[vi, vj] = 0
+            C[vi, vj] = C[vi, vj] + ...
 
-Blocks that allocate buffers stay, without iterators, as the scope of their allocations.
+A reduction's init runs before its reduction loops (``kiln.ir.reduce_init``), so an empty
+reduction still yields its start value; an init that cannot be separated from the loops
+becomes an ``if`` run when the reduction iterators are at their first value. Blocks that
+allocate buffers stay, without iterators, as the scope of their allocations.
 """
 from __future__ import annotations
 
 from ..ir import (And, Block, BlockRealize, IfThenElse, IntImm, PrimFunc, Stmt, substitute,
                   transform, seq)
 from ..arith import simplify
+from ..ir.reduce_init import hoist_reduction_inits
 
 
 def _true(e) -> bool:
@@ -19,7 +24,8 @@ def _true(e) -> bool:
 
 
 def opaque_blocks(func: PrimFunc) -> PrimFunc:
-    """Replace block iterators by their bindings; ``init`` and predicates become ``if``s."""
+    """Replace block iterators by their bindings; inits move before their reduction loops
+    (or become ``if``s where they cannot), predicates become ``if``s."""
     def post(node):
         if not isinstance(node, BlockRealize) or not node.block.iter_vars:
             return None
@@ -41,4 +47,5 @@ def opaque_blocks(func: PrimFunc) -> PrimFunc:
         if not _true(node.predicate):
             stmt = IfThenElse(node.predicate, stmt)
         return stmt
+    func = hoist_reduction_inits(func)
     return func.with_body(transform(func.body, post))

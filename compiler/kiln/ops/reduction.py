@@ -142,16 +142,37 @@ def _np_reduce(fn, dtype_fixed=True):
     return ref
 
 
+def _np_extreme(fn, largest: bool):
+    """max/min: numpy's, except that an empty reduction gives the identity the compiled
+    reduction starts from (-inf / +inf for floats, the dtype's min / max for ints), as ONNX's
+    ReduceMax/ReduceMin, instead of raising."""
+    base = _np_reduce(fn, False)
+
+    def ref(x, axis=None, keepdims=False):
+        if x.size:
+            return base(x, axis, keepdims)
+        if x.dtype.kind == "f":
+            start = -np.inf if largest else np.inf
+        else:
+            info = np.iinfo(x.dtype)
+            start = info.min if largest else info.max
+        ax = tuple(axis) if isinstance(axis, (list, tuple)) else axis
+        return np.asarray(fn(x, axis=ax, keepdims=keepdims, initial=start)).astype(x.dtype)
+    return ref
+
+
 _AXIS_DOC = ("axis=None|int|tuple (None: all axes; negative counts from the end), "
              "keepdims=False")
 _register_reduce("sum", "sum", _np_reduce(np.sum), NUMERIC_DTYPES,
                  f"sum(x, {_AXIS_DOC}): sum over the axes (result in x's dtype).")
 _register_reduce("mean", "mean", _np_reduce(np.mean), FLOAT_DTYPES,
                  f"mean(x, {_AXIS_DOC}): arithmetic mean over the axes (floats).")
-_register_reduce("max", "max", _np_reduce(np.max, False), NUMERIC_DTYPES,
-                 f"max(x, {_AXIS_DOC}): maximum over the axes.")
-_register_reduce("min", "min", _np_reduce(np.min, False), NUMERIC_DTYPES,
-                 f"min(x, {_AXIS_DOC}): minimum over the axes.")
+_register_reduce("max", "max", _np_extreme(np.max, True), NUMERIC_DTYPES,
+                 f"max(x, {_AXIS_DOC}): maximum over the axes (-inf, or the dtype's minimum, "
+                 "over an empty axis).")
+_register_reduce("min", "min", _np_extreme(np.min, False), NUMERIC_DTYPES,
+                 f"min(x, {_AXIS_DOC}): minimum over the axes (+inf, or the dtype's maximum, "
+                 "over an empty axis).")
 _register_reduce("prod", "prod", _np_reduce(np.prod), NUMERIC_DTYPES,
                  f"prod(x, {_AXIS_DOC}): product over the axes (result in x's dtype).")
 
