@@ -73,7 +73,8 @@ CASES = [
     ("max_pool2d", [(1, 4, 8, 8)], {"pool_size": (3, 3), "strides": (2, 2), "padding": (1, 1)},
      None),
     ("matmul", [(32, 64), (64, 48)], {}, "matmul: tile 4x16"),
-    ("matmul", [(30, 20), (20, 12)], {}, "matmul: tile 4x12"),  # last tile guarded
+    ("matmul", [(30, 20), (20, 12)], {}, "matmul: tile 6x12"),
+    ("matmul", [(64, 20), (20, 12)], {}, "matmul: tile 6x12"),  # last tile guarded (64 = 10 x 6 + 4)
     ("matmul", [(7, 5), (5, 3)], {}, "matmul"),
     ("matmul", [(2, 4, 8, 16), (2, 4, 16, 8)], {}, "matmul: tile 8x8"),
     ("matmul", [(2, 16, 16), (16, 32)], {}, "matmul: tile 4x16"),
@@ -178,7 +179,7 @@ def test_a_kernel_no_rule_fits_is_marked():
 
 
 def test_options():
-    ctx = PassContext(pack_lanes=8, tile_rows=2)
+    ctx = PassContext(pack_lanes=8, tile_accumulators=2)
     legal = legalize(ctx)(_single("matmul", [(32, 64), (64, 48)]))
     out = default_schedule(ctx)(legal)
     desc = attr(out["matmul"], "kiln.schedule")

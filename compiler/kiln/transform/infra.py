@@ -32,11 +32,18 @@ class PassContext:
     - ``pack_lanes``: the panel width NR (and the register tile's vector width).
     - ``pack_min_rows``: a weight that is not a constant is packed inside the kernel only when
       at least this many rows of the input reuse each panel.
-    - ``tile_rows``: the register tile's rows MR (unrolled).
+    - ``tile_rows``: the rows MR (unrolled) of NCHW conv register tiles, and how many column
+      blocks a one-row matmul unrolls.
+    - ``tile_accumulators``: the vector accumulators a matmul's register tile may use; its
+      rows MR are picked within them by a cost model (``layout.matmul_tile_rows``). 12 of
+      AVX2's 16 registers, the others hold the vector operand and the broadcast (6 x 16).
     - ``conv_blocking``: a float32 conv2d with a constant weight is computed in blocks of
       8 or 16 output channels (NCHW[x]c, vectorized over channels; ``conv_blocked.py``);
       False keeps every conv2d in NCHW, vectorized over the output width.
     - ``vector_lanes``: elements per vector in elementwise / reduction kernels.
+    - ``vectorize_reductions``: reductions over a contiguous row (softmax, layer_norm) are
+      ``rfactor``-ed into ``vector_lanes`` partial results, so they run vectorized
+      (``schedule_row_reduce.py``); False keeps them scalar.
     - ``parallel_min_elements``: kernels smaller than this stay single-threaded (the
       thread pool's fork/join would cost more than it saves).
     - ``fold_max_elements``: ``fold_constant`` leaves results larger than this unfolded
@@ -50,8 +57,10 @@ class PassContext:
     pack_lanes: int = 16
     pack_min_rows: int = 16
     tile_rows: int = 4
+    tile_accumulators: int = 12
     conv_blocking: bool = True
     vector_lanes: int = 16
+    vectorize_reductions: bool = True
     parallel_min_elements: int = 16384
     fold_max_elements: Optional[int] = None
     fold_backend: str = "evaluator"
@@ -62,7 +71,7 @@ class PassContext:
         if self.fold_backend not in ("evaluator", "build"):
             raise ValueError(f"PassContext: fold_backend must be 'evaluator' or 'build', "
                              f"got {self.fold_backend!r}")
-        for name in ("pack_lanes", "tile_rows", "vector_lanes"):
+        for name in ("pack_lanes", "tile_rows", "tile_accumulators", "vector_lanes"):
             v = getattr(self, name)
             if not isinstance(v, int) or v < 1:
                 raise ValueError(f"PassContext: {name} must be a positive int, got {v!r}")

@@ -99,6 +99,37 @@ def tile_rows(nr: Optional[int], ctx: PassContext) -> int:
     return max(1, min(8, budget // -(-(nr or 1) // CHUNK)))
 
 
+# The cost model of a register tile's reduction step (shared in spirit with the conv tiles'
+# ``conv_blocked.tile_score``): a step costs at least MIN_ACC accumulators' worth of FMA issue
+# slots (2 FMA pipes x 4 cycles of latency on znver3: fewer accumulators leave pipes idle),
+# plus STEP_OVERHEAD slots for the vector operand's loads, the loop and address updates.
+MIN_ACC, STEP_OVERHEAD = 8, 2
+
+
+def row_tile_score(rows: int, vecs: int, mr: int) -> float:
+    """Useful multiply-adds per issue slot of ``rows`` rows computed in tiles of ``mr`` rows x
+    ``vecs`` vectors (higher is better). The rows take ``ceil(rows / mr)`` tiles, the last
+    one guarded, and each tile step costs ``max(mr * vecs, MIN_ACC) + STEP_OVERHEAD`` slots
+    whether or not all its rows are real: so a tile that leaves a short last tile scores lower."""
+    tiles = -(-rows // mr)
+    return rows * vecs / (tiles * (max(mr * vecs, MIN_ACC) + STEP_OVERHEAD))
+
+
+def matmul_tile_rows(rows: Optional[int], nr: Optional[int], ctx: PassContext) -> int:
+    """Rows MR of a matmul's register tile over ``rows`` output rows with ``nr``-wide vectors:
+    the MR (at most 8, with ``MR * ceil(nr / 8)`` accumulators within ``ctx.tile_accumulators``)
+    with the best ``row_tile_score``; on a tie the larger. MR need not divide ``rows``: the
+    last tile is guarded (``split``) and lowering peels it off (``partition_loops``). A
+    symbolic row count is scored as a long run (the most accumulators). E.g. 64 rows x 16
+    lanes: 6 (11 tiles of 12 accumulators; 4 would be 16 tiles of 8); 32 rows: 4; 16 rows: 4."""
+    vecs = max(1, -(-(nr or 1) // CHUNK))
+    most = max(1, min(8, ctx.tile_accumulators // vecs))
+    if rows is not None:
+        most = min(most, rows)
+    run = rows if rows is not None else 1 << 20
+    return max(range(1, most + 1), key=lambda mr: (row_tile_score(run, vecs, mr), mr))
+
+
 def divisor_at_most(extent: Optional[int], want: int) -> int:
     """The largest of want, want/2, ..., 2 that divides ``extent`` (1 if none, or symbolic)."""
     if extent is None:

@@ -212,8 +212,9 @@ def _row_depth(func: PrimFunc, out: BlockInfo) -> int:
 
 def schedule_reduction(sch: Schedule, ctx: PassContext) -> str:
     """Reductions (softmax, norms, sums, pooling): every other block computed under the
-    output block's row loops, those rows fused and run in parallel, inner spatial loops
-    vectorized. Blocks that cannot move keep their own loops and get their own schedule."""
+    output block's row loops, those rows fused and run in parallel, contiguous row
+    reductions rfactored into vector partials (``schedule_row_reduce.py``), inner spatial
+    loops vectorized. Blocks that cannot move keep their own loops and get their own schedule."""
     infos = block_infos(sch.func)
     params = params_of(sch.func)
     outs = [b for b in infos if any(w in params for w in b.written())]
@@ -226,7 +227,7 @@ def schedule_reduction(sch: Schedule, ctx: PassContext) -> str:
         spatial = sum(1 for iv in out.block.iter_vars if iv.kind == "spatial")
         depth = min(depth, max(spatial - 1, 0)) if spatial > 1 else min(depth, spatial)
     if depth == 0:
-        return _each_block(sch, ctx)
+        return ", ".join([_each_block(sch, ctx)] + _rfactor_rows(sch, ctx))
     rows = loop_rvs(out)[:depth]
     moved = 0
     for info in reversed(infos):
@@ -244,6 +245,7 @@ def schedule_reduction(sch: Schedule, ctx: PassContext) -> str:
     if total is None or total >= ctx.parallel_min_elements:
         sch.parallel(row_loop)
         parts.append("parallel")
+    parts += _rfactor_rows(sch, ctx)
     vec = _vectorize_inner(sch)
     if vec:
         parts.append(f"vectorize {vec} inner loop(s)")
@@ -255,10 +257,21 @@ def schedule_reduction(sch: Schedule, ctx: PassContext) -> str:
     return "reduction: " + ", ".join(parts)
 
 
+def _rfactor_rows(sch: Schedule, ctx: PassContext) -> List[str]:
+    """Contiguous row reductions rfactored into vector partials (``schedule_row_reduce.py``),
+    as a description part."""
+    if not ctx.vectorize_reductions:
+        return []
+    # (imported here: schedule_row_reduce builds on this module's helpers)
+    from .schedule_row_reduce import vectorize_row_reductions
+    done = vectorize_row_reductions(sch, ctx)
+    return [f"rfactor {len(done)} reduction(s)"] if done else []
+
+
 def _vectorize_inner(sch: Schedule) -> int:
     """Vectorize the innermost loop of each spatial block whose innermost loop is serial and
-    of a constant extent (reduction loops cannot be: kiln.Schedule has no rfactor); returns
-    how many."""
+    of a constant extent (reduction loops cannot be: ``vectorize_row_reductions`` rfactors
+    those it can first); returns how many."""
     count = 0
     for info in block_infos(sch.func):
         if not info.loops or info.is_reduction:

@@ -17,9 +17,11 @@ shape of the contraction block ``C[..] = C[..] + A[..] * B[..]``:
 
 Tile sizes (``layout.py``, shared with the weight packing so both agree): NR divides the
 vector axis (16, 8, else the largest divisor down to 4, else the whole axis up to 16) or is
-the panel width of a packed weight; MR fills the accumulator budget (8 vectors for the
-default ``tile_rows=4`` x 16 lanes) and divides the row axis, or is the row panel of a packed
-conv weight. With no row axis to unroll (one row) the tile unrolls over
+the panel width of a packed weight. A matmul's MR is picked by a cost model within 12 vector
+accumulators (``layout.matmul_tile_rows``: 6 x 16 for 64 rows, 4 x 16 for 32) and need not
+divide the rows; a conv's MR fills the accumulator budget (8 vectors for the default
+``tile_rows=4`` x 16 lanes) and divides the row axis, or is the row panel of a packed conv
+weight. With no row axis to unroll (one row) the tile unrolls over
 2-4 column blocks instead (``tile 1x4x16``). A symbolic row axis gets the full MR: its last
 tile is guarded (``split``), and lowering partitions that tile off (``partition_loops``).
 """
@@ -34,7 +36,7 @@ from ..ir.expr import IntImm
 from ..schedule import LoopRV, Schedule, ScheduleError
 from .infra import PassContext
 from .kernels import PACK_ANNOTATION
-from .layout import divisor_at_most, tile_rows, vector_tile
+from .layout import divisor_at_most, matmul_tile_rows, tile_rows, vector_tile
 from .schedule_rules import (BlockInfo, block_infos, consumers, find, params_of,
                              schedule_spatial, static_extent)
 
@@ -132,6 +134,10 @@ def schedule_contraction(sch: Schedule, c: Contraction, ctx: PassContext, kind: 
         mr = 1
     elif c.rows_packed:
         mr = c.rows_packed
+    elif kind == "matmul":
+        # Rows by the tile cost model: 64 rows get 6 x 16 (12 accumulators, 10 tiles and a
+        # guarded one), which streams the packed panel past 1.5x more FMAs per load than 4 x 16.
+        mr = matmul_tile_rows(extents[c.u], nr, ctx)
     elif extents[c.u] is None:
         # A symbolic row count (batch x sequence of a dynamic-shape model): a full tile of
         # rows, the last tile guarded (split's T.where), rather than one row at a time.
