@@ -9,8 +9,8 @@ from kiln import ops
 from kiln.ir.graph import Constant
 from kiln.script import T
 from kiln.transform import PassContext
-from kiln.transform.block_iter import BlockIterError, split_block_iter
-from kiln.transform.conv_blocked import conv_tile, pixel_tile
+from kiln.transform.block_iter import BlockIterError, fuse_block_iter, split_block_iter
+from kiln.transform.conv_blocked import conv_tile, pixel_tile, tile_plan
 from kiln.transform.layout import pack_array
 
 from transform_helpers import attr, check_same_results, graph_module, kernels, reference, run_vm, typed
@@ -40,9 +40,17 @@ CASES = [
     ((1, 16, 11, 11), (16, 16, 3, 3), {"padding": (1, 1), "strides": (2, 2)}, "conv nchwc: tile 6x16"),
     ((1, 3, 23, 23), (16, 3, 7, 7), {"padding": (3, 3), "strides": (2, 2)}, "conv nchwc: tile 6x16"),
     ((2, 5, 9, 10), (24, 5, 3, 3), {"padding": (0, 1, 2, 1)}, "conv nchwc: tile 10x8"),   # bn 8
-    ((1, 8, 7, 7), (40, 8, 3, 3), {"padding": (2, 2), "dilation": (2, 2)}, "conv nchwc: tile 7x8"),
-    ((1, 16, 13, 13), (16, 16, 3, 3), {"padding": (1, 1)}, "conv nchwc: tile 5x16"),    # prime width: 5+5+3
-    ((1, 96, 7, 7), (32, 96, 1, 1), {}, "conv nchwc: tile 4x16"),                      # 4+3
+    # short rows: tiles over the image's flat pixels (7 x 7 = 9 x 5 + 4, 13 x 13 = 28 x 6 + 1)
+    ((1, 8, 7, 7), (40, 8, 3, 3), {"padding": (2, 2), "dilation": (2, 2)}, "conv nchwc: tile 10x8 flat"),
+    ((1, 16, 13, 13), (16, 16, 3, 3), {"padding": (1, 1)}, "conv nchwc: tile 6x16 flat"),
+    ((1, 96, 7, 7), (32, 96, 1, 1), {}, "conv nchwc: tile 5x16 flat"),
+    ((2, 16, 14, 14), (24, 16, 3, 3), {"padding": (1, 1)}, "conv nchwc: tile 11x8 flat"),   # batch 2
+    ((2, 24, 13, 13), (48, 24, 3, 3), {"padding": (1, 1), "strides": (2, 2)},
+     "conv nchwc: tile 5x16 flat"),                                                          # 7 x 7
+    ((1, 20, 9, 7), (16, 20, 1, 1), {}, "conv nchwc: tile 6x16 flat"),                      # 63 = 10 x 6 + 3
+    # small 1x1: the input read through an NHWC copy (checked below)
+    ((2, 20, 5, 7), (24, 20, 1, 1), {}, "conv nchwc: tile 12x8 flat, rows outer"),
+    ((1, 40, 7, 7), (48, 40, 1, 1), {}, "conv nchwc: tile 5x16 flat"),
     # depthwise: NCHW at any stride (stride-2 lanes are loads + shuffles, faster than repacking)
     ((1, 24, 9, 9), (24, 1, 3, 3), {"padding": (1, 1), "strides": (2, 2), "groups": 24}, "conv: "),
     ((1, 32, 9, 9), (32, 1, 3, 3), {"padding": (1, 1), "strides": (2, 2), "groups": 32}, "conv: "),
@@ -66,6 +74,19 @@ def test_conv_matches_numpy(x_shape, w_shape, attrs, want):
     assert desc.startswith(want), desc
     if want.startswith("conv nchwc"):
         assert "epilogue inlined" in desc, desc
+
+
+@pytest.mark.parametrize("x_shape,w_shape,attrs,nhwc", [
+    ((2, 20, 5, 7), (24, 20, 1, 1), {}, True),
+    ((1, 40, 7, 7), (48, 40, 1, 1), {}, True),
+    ((1, 40, 14, 14), (48, 40, 1, 1), {}, False),                  # more pixels: NCHW reads
+    ((1, 40, 13, 13), (48, 40, 1, 1), {"strides": (2, 2)}, False),
+    ((1, 40, 7, 7), (48, 40, 3, 3), {"padding": (1, 1)}, False),
+])
+def test_small_1x1_convs_read_the_input_pixel_major(x_shape, w_shape, attrs, nhwc):
+    mod = _conv_model(x_shape, w_shape, **attrs)
+    out, name = _compile_and_check(mod, x_shape)
+    assert ("input nhwc" in attr(out[name], "kiln.schedule")) == nhwc, attr(out[name], "kiln.schedule")
 
 
 @pytest.mark.parametrize("epilogue", ["clip", "residual"])
@@ -112,13 +133,23 @@ def test_runtime_weight_keeps_nchw():
 
 
 # ---- tile choice ---------------------------------------------------------------------------
-@pytest.mark.parametrize("channels,width,want", [
-    (64, 56, (16, 6)), (64, 112, (16, 6)), (64, 60, (16, 6)), (64, 28, (16, 6)),
-    (512, 7, (16, 4)), (256, 14, (16, 5)),        # guarded last tiles: 4+3, 5+5+4
-    (24, 56, (8, 12)), (40, 13, (8, 8)), (16, 3, (16, 3)), (12, 8, None),
+@pytest.mark.parametrize("channels,size,want", [
+    (64, 56, (16, 6, False)), (64, 112, (16, 6, False)), (64, 60, (16, 6, False)),
+    (64, 28, (16, 6, False)), (24, 56, (8, 12, False)),
+    # short rows: the image's pixels as one run, 49 = 9 x 5 + 4, 196 = 32 x 6 + 4
+    (512, 7, (16, 5, True)), (256, 14, (16, 6, True)), (40, 13, (8, 10, True)),
+    (16, 3, (8, 9, True)),
+    (12, 8, None),
 ])
-def test_conv_tile(channels, width, want):
-    assert conv_tile(channels, width) == want
+def test_conv_tile(channels, size, want):
+    assert conv_tile(channels, size, size) == want
+
+
+def test_flat_tiles_only_where_rows_are_short():
+    # a 1-row image is one run either way; a wide image keeps its rows
+    assert tile_plan(16, 1, 7)[:2] == (4, False)
+    assert tile_plan(16, 7, 112)[:2] == (6, False)
+    assert tile_plan(16, 14, 14)[:2] == (6, True)
 
 
 def test_pixel_tile_fits_the_budget():
@@ -137,6 +168,22 @@ def test_guarded_last_tile_is_peeled_off():
     assert attr(out[name], "kiln.schedule").startswith("conv nchwc: tile 6x16")
     text = lower_prim_func(out[name]).script()
     assert "in range(9):" in text and "T.serial(9, 10)" in text, text
+    # the guarded tile writes back only its row's pixels (not the next row's first ones,
+    # which another thread may be computing)
+    assert "< 56" in text and "< 3136" not in text, text
+
+
+def test_flat_last_tile_is_peeled_off():
+    """14 x 14 = 32 x 6 + 4: one run of pixels, 32 tiles without guards and one guarded."""
+    from kiln.lower import lower_prim_func
+    mod = _conv_model((1, 16, 14, 14), (64, 16, 3, 3), padding=(1, 1))
+    out = kiln.get_pipeline("default")(mod)
+    (name,) = kernels(out)
+    assert attr(out[name], "kiln.schedule").startswith("conv nchwc: tile 6x16 flat")
+    text = lower_prim_func(out[name]).script()
+    assert "in range(32):" in text and "T.serial(32, 33)" in text, text
+    # the tile stays in a register-sized buffer
+    assert 'T.alloc_buffer((1, 1, 6, 16), "float32", scope="local")' in text, text
 
 
 # ---- weight packing --------------------------------------------------------------------------
@@ -175,3 +222,27 @@ def test_split_block_iter_refuses_what_it_cannot_split():
         split_block_iter(_blocked_view, "E", 1, 5)        # 16 is not a multiple of 5
     with pytest.raises(BlockIterError):
         split_block_iter(_blocked_view, "E", 7, 8)        # no such iterator
+
+
+# ---- fuse_block_iter ---------------------------------------------------------------------------
+@T.prim_func
+def _flat_view(C: T.Buffer((1, 2, 12, 8), "float32"), E: T.Buffer((1, 16, 3, 4), "float32")):
+    for n, o, y, x in T.grid(1, 16, 3, 4):
+        with T.block("E"):
+            vn, vo, vy, vx = T.axis.remap("SSSS", [n, o, y, x])
+            E[vn, vo, vy, vx] = C[vn, vo // 8, vy * 4 + vx, vo % 8] + 1.0
+
+
+def test_fuse_block_iter_reads_the_flat_buffer_one_to_one():
+    out = fuse_block_iter(split_block_iter(_flat_view, "E", 1, 8), "E", 2, 2)
+    text = out.script()
+    assert "C[vn, vo_0, vy_vx, vo_1]" in text, text
+    assert "E[vn, vo_0 * 8 + vo_1, vy_vx // 4, vy_vx % 4]" in text, text
+    check_same_results(_flat_view, out)
+
+
+def test_fuse_block_iter_refuses_what_it_cannot_fuse():
+    with pytest.raises(BlockIterError):
+        fuse_block_iter(_flat_view, "E", 3, 2)            # only one iterator from 3
+    with pytest.raises(BlockIterError):
+        fuse_block_iter(_flat_view, "E", 1, 1)            # nothing to fuse

@@ -290,6 +290,16 @@ class ExprLowerer:
                                   [v.type, cg.PTR, cg.I32, self.vec.mask.type], [v.type, cg.PTR])
                 b.call(fn, [v, ptr, cg.I32(align), self.vec.mask])
             return
+        if isinstance(off, Affine) and self.vec.mask is None:
+            # A constant stride (a channel-blocked conv's write-back into NCHW planes): one
+            # scalar store per lane at a constant offset from one address. LLVM would scalarize
+            # a scatter too, but through a vector of pointers (vector adds and an extract per
+            # lane); here each store is an extract to [base + k * stride].
+            for k in range(lanes):
+                at = b.add(off.base, cg.I64(k * off.stride)) if k else off.base
+                b.store(b.extract_element(v, cg.I32(k)),
+                        b.gep(info.ptr, [at], inbounds=True, source_etype=mty), align=align)
+            return
         # Scatter: lanes are written in order, so colliding addresses keep the last lane's
         # value, as a sequential loop would.
         ptrs = self._vector_ptrs(info.ptr, self.materialize(off), mty)

@@ -14,10 +14,14 @@ NCHW schedule runs MobileNetV2's stride-2 depthwise layers 1.4-2.7x faster than 
 program, which repacks its input to NCHW[bn]c with a gather per element (``ops/conv_nchwc.py``
 keeps that program, for a graph-level NCHWc layout that would not need the repack);
 
+a 1x1 unit-stride conv on a small image reads its input through an NHWC copy (``pixel_major``);
+
 the block ``bn`` of output channels (16: two AVX2 vectors, or 8) and the pixels of the register
-tile are chosen together from the output width (``conv_tile``, ``tile_score``); the pixels need
-not divide the width (the last tile of a row is guarded). The weight is packed along O by ``bn`` (OIHW[bn]o, the existing ``conv2d`` pack
-of ``layout.py`` with panels of ``bn``). Any other conv2d (grouped, channel counts not a multiple
+tile are chosen together from the output size (``conv_tile``, ``tile_plan``): the tile runs
+along each output row, or along the image's ``H * W`` pixels as one flat run when rows are
+short (7 or 14 wide); it need not divide either (the last tile of a row or image is guarded).
+The weight is packed along O by ``bn`` (OIHW[bn]o, the existing ``conv2d`` pack of ``layout.py``
+with panels of ``bn``). Any other conv2d (grouped, channel counts not a multiple
 of 8, weights given at run time, ``PassContext(conv_blocking=False)``) keeps the NCHW program
 and its width-vectorized schedule.
 """
@@ -42,6 +46,8 @@ BLOCK_LANES = (16, 8)
 # weight vectors and one broadcast input; 12 leaves room for both without spilling (a 7 x 16
 # tile, 14 accumulators, spills and runs ~1.7x slower than 4 x 16 on znver3).
 ACC_BUDGET = 12
+# Output pixels per image up to which a 1x1 conv reads its input in NHWC (``pixel_major``).
+PIXEL_MAJOR_PIXELS = 64
 
 
 def blocked_plan(call: Call, ctx: PassContext) -> Optional[layout.PackPlan]:
@@ -70,54 +76,111 @@ def blocked_plan(call: Call, ctx: PassContext) -> Optional[layout.PackPlan]:
     # in NCHW).
     if unit_stride and width >= WIDE and shape[1] * shape[2] * shape[3] < MIN_REDUCTION:
         return None
-    tile = conv_tile(shape[0], out_ty.static_shape()[3])
+    out_shape = out_ty.static_shape()
+    tile = conv_tile(shape[0], out_shape[2], out_shape[3])
     if tile is None:
         return None
     return layout.PackPlan(CONV_BLOCKED, shape, tile[0], None)
 
 
-def pixel_tile(width: Optional[int], bn: int, budget: Optional[int] = None) -> int:
-    """Pixels XT of the register tile along an output row of ``width`` for a block of ``bn``
-    channels: the XT (at most ``width``, with ``XT * bn / 8`` vector accumulators within
-    ``budget``) with the best ``tile_score``; on a tie the larger (more FMAs in flight).
-    XT need not divide the width: the last tile of a row is guarded (``split``) and
-    lowering peels it off (``partition_loops``). 1 for a symbolic width."""
+def flat_pixels(call: Call) -> bool:
+    """Whether the blocked ``call`` is computed over flat pixels (its tiles run along the
+    image's ``H * W`` pixels, ``tile_plan``), rather than along each row."""
+    out = call.ty.static_shape()
+    tile = conv_tile(call.args[1].ty.static_shape()[0], out[2], out[3])
+    return tile is not None and tile[2]
+
+
+def pixel_major(call: Call) -> bool:
+    """Whether the blocked ``call`` reads its input through an NHWC copy
+    (``ops/conv_nchwc.py``): a 1x1 unit-stride conv without padding on a small image (at most
+    ``PIXEL_MAJOR_PIXELS`` output pixels). Each tile's reduction then reads its pixels'
+    channels contiguously instead of one value per channel plane, once per channel block.
+    Measured (alternating rounds, one thread, against the NCHW read): MobileNetV2's 7 x 7
+    1x1 convs run 1.3-1.45x faster (160->960, 960->160, 960->320, 320->1280); its 14 x 14 ones
+    0.87-1.0x (the copy costs more than it saves there), 3x3 512 @7 0.9x."""
+    attrs = dict(call.attrs)
+    w = call.args[1].ty.static_shape()
+    out = call.ty.static_shape()
+    if w is None or out is None or tuple(w[2:]) != (1, 1):
+        return False
+    strides = attrs.get("strides", (1, 1))
+    strides = tuple(strides) if isinstance(strides, (list, tuple)) else (strides, strides)
+    padding = attrs.get("padding", (0,))
+    padding = tuple(padding) if isinstance(padding, (list, tuple)) else (padding,)
+    if any(s != 1 for s in strides) or any(p != 0 for p in padding):
+        return False
+    return out[2] * out[3] <= PIXEL_MAJOR_PIXELS
+
+
+def pixel_tile(width: Optional[int], bn: int, budget: Optional[int] = None,
+               overhead: Optional[int] = None) -> int:
+    """Pixels XT of the register tile along a run of ``width`` output pixels (a row, or an
+    image's ``H * W``) for a block of ``bn`` channels: the XT (at most ``width``, with
+    ``XT * bn / 8`` vector accumulators within ``budget``) with the best ``tile_score``; on a
+    tie the larger (more FMAs in flight). XT need not divide the run: its last tile is guarded
+    (``split``) and lowering peels it off (``partition_loops``). 1 for a symbolic width."""
     if width is None:
         return 1
     budget = ACC_BUDGET if budget is None else budget
     most = max(1, min(width, budget // max(1, bn // layout.CHUNK)))
-    return max(range(1, most + 1), key=lambda xt: (tile_score(width, bn, xt), xt))
+    return max(range(1, most + 1), key=lambda xt: (tile_score(width, bn, xt, overhead), xt))
 
 
 # A reduction step of the tile costs at least MIN_ACC accumulators' worth of FMA issue slots:
 # 2 FMA pipes x 4 cycles of FMA latency on znver3, so fewer than 8 accumulators leave pipes
 # idle; plus STEP_OVERHEAD slots for the loop and address updates of each step.
 MIN_ACC, STEP_OVERHEAD = 8, 2
+# A tile over the flat pixels of an image may cross a row, so its pixels' input addresses are
+# not one base plus constant offsets: each pixel keeps its own pointer, and with a 6 x 16
+# tile LLVM spills one. Measured (alternating rounds, one thread): 6 x 16 over flat pixels is
+# 3-5% slower than per row at widths 28-112 (where rows waste 1-2 of 10 tiles), 10% faster at
+# 14 and 20% faster at 7; one extra slot per step is the overhead that matches both.
+FLAT_OVERHEAD = 1
 
 
-def tile_score(width: int, bn: int, xt: int) -> float:
-    """Useful multiply-adds per issue slot of a row of ``width`` pixels computed in tiles of
-    ``xt`` pixels x ``bn`` channels (higher is better). A row takes ``ceil(width / xt)``
-    tiles, the last one guarded, and a tile step costs ``max(acc, MIN_ACC) + STEP_OVERHEAD``
-    slots (``acc = xt * bn / 8`` vector accumulators), whether or not all its pixels are
-    real: so a tile that leaves a short last tile scores lower (7 wide: 4 x 16, not 6 x 16)."""
+def tile_score(width: int, bn: int, xt: int, overhead: Optional[int] = None) -> float:
+    """Useful multiply-adds per issue slot of a run of ``width`` pixels computed in tiles of
+    ``xt`` pixels x ``bn`` channels (higher is better). A run takes ``ceil(width / xt)``
+    tiles, the last one guarded, and a tile step costs ``max(acc, MIN_ACC) + overhead``
+    slots (``acc = xt * bn / 8`` vector accumulators; ``overhead`` defaults to
+    ``STEP_OVERHEAD``), whether or not all its pixels are real: so a tile that leaves a short
+    last tile scores lower."""
+    overhead = STEP_OVERHEAD if overhead is None else overhead
     vecs = max(1, bn // layout.CHUNK)
     tiles = -(-width // xt)
-    return width * vecs / (tiles * (max(xt * vecs, MIN_ACC) + STEP_OVERHEAD))
+    return width * vecs / (tiles * (max(xt * vecs, MIN_ACC) + overhead))
 
 
-def conv_tile(channels: int, width: int) -> Optional[Tuple[int, int]]:
-    """(bn, XT): the channel block and the pixels of the register tile, the pair with the
-    best ``tile_score`` within the accumulator budget; on a tie the one with more
-    accumulators, then the wider block (fewer loads per FMA). 56 or 112 wide get 6 x 16, 14
-    gets 5 x 16, 7 gets 4 x 16 (a 3-pixel last tile). None when no block divides ``channels``."""
+def tile_plan(bn: int, height: int, width: int) -> Tuple[int, bool, float]:
+    """(XT, flat, score) for a block of ``bn`` channels over an ``height`` x ``width`` output:
+    tiles along each row, or (``flat``) along the image's ``H * W`` pixels as one run, whose
+    tiles may cross rows and cost ``FLAT_OVERHEAD`` more per step. Flat wins where rows are
+    short: 7 wide gets 5 x 16 over 49 pixels (10 tiles) instead of 4 + 3 per row (14), 14
+    wide 6 x 16 over 196 (33) instead of 5 + 5 + 4 (42); 28 and wider stay per row."""
+    xt = pixel_tile(width, bn)
+    best = (xt, False, tile_score(width, bn, xt))
+    if height > 1:
+        over = STEP_OVERHEAD + FLAT_OVERHEAD
+        xt = pixel_tile(height * width, bn, overhead=over)
+        score = tile_score(height * width, bn, xt, over)
+        if score > best[2]:
+            best = (xt, True, score)
+    return best
+
+
+def conv_tile(channels: int, height: int, width: int) -> Optional[Tuple[int, int, bool]]:
+    """(bn, XT, flat): the channel block and the register tile (``tile_plan``) for an
+    ``height`` x ``width`` output, the block with the best score within the accumulator
+    budget; on a tie the one with more accumulators, then the wider block (fewer loads per
+    FMA). None when no block divides ``channels``."""
     best = None
     for bn in BLOCK_LANES:
         if channels % bn:
             continue
-        xt = pixel_tile(width, bn)
+        xt, flat, score = tile_plan(bn, height, width)
         vecs = max(1, bn // layout.CHUNK)
-        key = (tile_score(width, bn, xt), xt * vecs, bn)
+        key = (score, xt * vecs, bn)
         if best is None or key > best[0]:
-            best = (key, bn, xt)
+            best = (key, bn, xt, flat)
     return None if best is None else best[1:]

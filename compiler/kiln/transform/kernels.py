@@ -139,7 +139,8 @@ def build_kernel(group: Sequence[Tuple[GraphVar, Call]], ctx: PassContext) -> Ke
             if blocked is not None:
                 # The channel-blocked program for the same conv2d (ops/conv_nchwc.py).
                 result = conv_nchwc.conv2d_nchwc(args[0], args[1], plan.shape, dict(call.attrs),
-                                                 plan.lanes)
+                                                 plan.lanes, conv_blocked.flat_pixels(call),
+                                                 conv_blocked.pixel_major(call))
             else:
                 result = op.compute(args, dict(call.attrs))
         except ops.OpError:

@@ -1,9 +1,12 @@
 """The register-tile schedule of a channel-blocked conv2d (``ops/conv_nchwc.py``).
 
-The reduction block ``conv2d_nchwc[n, ob, y, x, oi]`` (``oi`` the ``bn`` output channels of a
-block, ``bn`` = 8 or 16) gets:
+The reduction block ``conv2d_nchwc[n, ob, y, x, oi]``, or ``[n, ob, p, oi]`` over the flat
+output pixels ``p = y * W + x`` of an image (``oi`` the ``bn`` output channels of a block,
+``bn`` = 8 or 16; ``conv_blocked.tile_plan`` picks the form) gets:
 
-- a register tile of ``XT`` output pixels along the width x ``bn`` channels: ``oi``
+- a register tile of ``XT`` output pixels x ``bn`` channels, the pixels along an output row,
+  or consecutive pixels of the flat run that may cross rows, so that only the image's last
+  tile is partial (``tile 5x16 flat``): ``oi``
   vectorized (one or two AVX2 vectors), the ``XT`` pixels unrolled, so each step of the
   reduction loads the ``bn`` weights of one input tap once (contiguous, pre-packed
   OHWI[bn]o) and broadcasts one input value per pixel: ``XT * bn / 8`` FMAs per
@@ -13,16 +16,19 @@ block, ``bn`` = 8 or 16) gets:
   (``cache_write``) that LLVM keeps in registers;
 - the NCHW epilogue (bias, batch norm, relu/clip, a residual add) folded into the tile's
   write-back: the output block is first re-iterated over ``(n, ob, y, x, oi)``
-  (``block_iter.split_block_iter``) so that it reads the tile one to one
+  (``block_iter.split_block_iter``), or ``(n, ob, p, oi)`` (then ``fuse_block_iter``), so
+  that it reads the tile one to one
   (``reverse_compute_inline``); the write-back stores ``bn`` channels of one pixel (a
   scatter across channel planes, once per tile);
 - padding as its own parallel pass;
 - ``(n, ob, y)`` fused and parallel: one block of output channels keeps its weights in cache
   while all its rows stream past; or ``(n, y, ob)`` when re-reading the weights per row costs
-  less than re-reading the input per channel block (1x1 convs on large images).
+  less than re-reading the input per channel block (1x1 convs on large images). Flat tiles:
+  ``(n, ob)`` fused and parallel, or the tile loop when there are few channel blocks or it goes
+  outermost (it stays a loop of its own, see below).
 
 ``bn`` and ``XT`` are chosen together (``conv_blocked.conv_tile``). ``XT`` need not divide the
-width: the split guards the last tile of each row, and lowering (``partition_loops``) peels that
+row or the image: the split guards the last tile, and lowering (``partition_loops``) peels that
 tile off so that the other tiles run without guards.
 """
 from __future__ import annotations
@@ -32,8 +38,8 @@ from typing import Optional, Tuple
 
 from ..ir import BufferLoad, IRModule, PrimFunc, Var, collect
 from ..schedule import Schedule, ScheduleError
-from .block_iter import BlockIterError, split_block_iter
-from .conv_blocked import ANNOTATION, pixel_tile
+from .block_iter import BlockIterError, fuse_block_iter, split_block_iter
+from .conv_blocked import ANNOTATION, FLAT_OVERHEAD, STEP_OVERHEAD, pixel_tile
 from .infra import PassContext
 from .schedule_rules import (block_infos, consumers, find, inline_intermediates, loop_rvs,
                              params_of, schedule_spatial, static_extent)
@@ -43,6 +49,9 @@ from .schedule_rules import (block_infos, consumers, find, inline_intermediates,
 # re-reads each row from L2 per tap) and stops LLVM from unrolling the kernel loops around a
 # shared broadcast (rc outermost, (ry, rx) unrolled: a 6 x 16 tile spills, 3x slower).
 REDUCE_CHANNELS = 8
+# Images x channel blocks enough to share among the threads; with fewer, the pixel tiles of
+# each channel block are run in parallel instead.
+PARALLEL_TASKS = 4
 
 
 def find_blocked_conv(func: PrimFunc) -> Optional[str]:
@@ -69,16 +78,26 @@ def schedule_blocked_conv(func: PrimFunc, ctx: PassContext) -> Tuple[PrimFunc, s
     loops = loop_rvs(info)
     extents = [static_extent(f) for f in info.loops]
     n_sp = sum(1 for iv in info.block.iter_vars if iv.kind == "spatial")
-    (n, ob, y, x, oi), red = loops[:n_sp], loops[n_sp:]
-    bn, width = extents[4], extents[3]
-    xt = pixel_tile(width, bn)
-    if xt < width:
-        xo, xi = sch.split(x, [None, xt])
+    bn = extents[n_sp - 1]
+    flat = n_sp == 4
+    if flat:
+        # One run of H * W pixels: only the image's last tile is partial.
+        (n, ob, p, oi), red = loops[:n_sp], loops[n_sp:]
+        xt = pixel_tile(extents[2], bn, overhead=STEP_OVERHEAD + FLAT_OVERHEAD)
+        rows_outer = _rows_outer(info, extents, _out_rows(sch.func, info))
+        po, pi = sch.split(p, [None, xt]) if xt < extents[2] else (None, p)
+        par = [n, ob]
+        if po is not None:
+            par = [n, po, ob] if rows_outer else [n, ob, po]
     else:
-        xo, xi = None, x
-    rows_outer = _rows_outer(info, extents)
-    par = [n, y, ob] if rows_outer else [n, ob, y]
-    outer = par + ([xo] if xo is not None else [])
+        # Tiles along each row (the last one of a row partial): the tile's pixels then share
+        # one input row, so their addresses are one base plus constant offsets.
+        (n, ob, y, x, oi), red = loops[:n_sp], loops[n_sp:]
+        xt = pixel_tile(extents[3], bn)
+        rows_outer = _rows_outer(info, extents, extents[2])
+        po, pi = sch.split(x, [None, xt]) if xt < extents[3] else (None, x)
+        par = [n, y, ob] if rows_outer else [n, ob, y]
+    outer = par + ([po] if po is not None and po not in par else [])
     if len(red) == 3:
         ry, rx, rc = red
         c_ext = extents[n_sp + 2]
@@ -86,7 +105,7 @@ def schedule_blocked_conv(func: PrimFunc, ctx: PassContext) -> Tuple[PrimFunc, s
         if 1 < ci < c_ext:
             rco, rci = sch.split(rc, [None, ci])
             red = [rco, ry, rx, rci]
-    sch.reorder(*(outer + red + [xi, oi]))
+    sch.reorder(*(outer + red + [pi, oi]))
 
     out_buf = info.written()[0]
     write_back = sch.cache_write(info.rv, 0, "local")
@@ -105,7 +124,7 @@ def schedule_blocked_conv(func: PrimFunc, ctx: PassContext) -> Tuple[PrimFunc, s
     sch.reverse_compute_at(write_back, outer[-1])
     init = sch.decompose_reduction(info.rv, red[0])
     if xt > 1:
-        sch.unroll(xi)
+        sch.unroll(pi)
     sch.vectorize(oi)
     init_loops = sch.get_loops(init)
     sch.vectorize(init_loops[-1])
@@ -116,11 +135,21 @@ def schedule_blocked_conv(func: PrimFunc, ctx: PassContext) -> Tuple[PrimFunc, s
     if xt > 1:
         sch.unroll(wb_loops[-2])
 
-    parts = [f"tile {xt}x{bn}", "rows outer" if rows_outer else "channel blocks outer",
-             f"epilogue {fused}"]
+    parts = [f"tile {xt}x{bn}" + (" flat" if flat else ""),
+             "rows outer" if rows_outer else "channel blocks outer", f"epilogue {fused}"]
+    if any(b.name.startswith("conv2d_pad_nhwc") for b in block_infos(sch.func)):
+        parts.append("input nhwc")
     work = math.prod(e for e in extents if e is not None)
     if work >= ctx.parallel_min_elements * 16:
-        sch.parallel(sch.fuse(*par))
+        # The tile loop stays a loop of its own (not fused with the others): lowering peels
+        # its guarded last tile off only there (``partition_loops`` needs the guard linear in
+        # the loop variable), and the tile's accumulators need a constant pixel count.
+        if not flat:
+            sch.parallel(sch.fuse(*par))
+        elif po is None or (not rows_outer and extents[0] * extents[1] >= PARALLEL_TASKS):
+            sch.parallel(sch.fuse(n, ob))
+        else:
+            sch.parallel(po)
         parts.append("parallel")
     # Blocks left at the root: padding / packing, an epilogue that could not be folded.
     for b in block_infos(sch.func):
@@ -130,11 +159,22 @@ def schedule_blocked_conv(func: PrimFunc, ctx: PassContext) -> Tuple[PrimFunc, s
     return sch.func, "conv nchwc: " + ", ".join(parts)
 
 
-def _rows_outer(info, extents) -> bool:
-    """Whether output rows go outside the channel blocks: each row of the input is then read
-    once while all weights are re-read per row, instead of each channel block's weights read
-    once while the whole input is re-read per block. Picks the smaller re-read traffic."""
-    _, blocks, rows = extents[:3]
+def _out_rows(func: PrimFunc, info) -> int:
+    """The output rows H of a flat blocked conv, read off the NCHW view ``[N, O, H, W]`` that
+    its epilogue writes (1 when that is not found)."""
+    for e in consumers(func, info.written()[0]):
+        for buf in e.written():
+            if len(buf.shape) == 4:
+                return int(buf.shape[2].value)
+    return 1
+
+
+def _rows_outer(info, extents, rows: int) -> bool:
+    """Whether the pixel tiles go outside the channel blocks: each row of the input is then
+    read once while all weights are re-read per output row (of ``rows``), instead of each
+    channel block's weights read once while the whole input is re-read per block. Picks the
+    smaller re-read traffic."""
+    _, blocks = extents[:2]
     y_var = info.block.iter_vars[2].var
     w_bytes = in_bytes = 0
     for ld in collect(info.store.value, BufferLoad):
@@ -150,7 +190,8 @@ def _rows_outer(info, extents) -> bool:
 
 def _regroup_epilogue(func: PrimFunc, conv: str) -> Optional[PrimFunc]:
     """``func`` with the block reading the blocked conv result re-iterated over the blocked
-    channels (``split_block_iter``), or None when it is not in that form."""
+    channels and the flat pixels, ``(n, ob, p, oi)`` (``split_block_iter``, then
+    ``fuse_block_iter`` of ``(y, x)``), or None when it is not in that form."""
     out = find(func, conv).written()[0]
     readers = consumers(func, out)
     if len(readers) != 1:
@@ -158,7 +199,8 @@ def _regroup_epilogue(func: PrimFunc, conv: str) -> Optional[PrimFunc]:
     e = readers[0]
     bn = int(out.shape[-1].value)
     try:
-        return split_block_iter(func, e.name, 1, bn)
+        func = split_block_iter(func, e.name, 1, bn)
+        return fuse_block_iter(func, e.name, 2, 2) if len(out.shape) == 4 else func
     except BlockIterError:
         return None
 
