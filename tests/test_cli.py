@@ -166,3 +166,42 @@ def test_usage_errors():
     assert proc.returncode == 2 and "COMMAND" in proc.stderr
     proc = kiln_cli("--help")
     assert proc.returncode == 0 and "compile" in proc.stdout and "inspect" in proc.stdout
+
+
+def _if_model(path):
+    """y = If(flag, Relu(x), Neg(x)) for x of shape (2, 4)."""
+    then_g = helper.make_graph([helper.make_node("Relu", ["x"], ["a"])], "then", [],
+                               [helper.make_tensor_value_info("a", TensorProto.FLOAT, [2, 4])])
+    else_g = helper.make_graph([helper.make_node("Neg", ["x"], ["b"])], "else", [],
+                               [helper.make_tensor_value_info("b", TensorProto.FLOAT, [2, 4])])
+    graph = helper.make_graph([helper.make_node("If", ["flag"], ["y"], then_branch=then_g, else_branch=else_g)],
+                              "if", [helper.make_tensor_value_info("flag", TensorProto.BOOL, []),
+                                     helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 10
+    onnx.save(model, str(path))
+    return path
+
+
+def test_if_model_compiles_with_private_branches_or_a_const_input(tmp_path):
+    model = _if_model(tmp_path / "if.onnx")
+    assert kiln_cli("compile", model, "-o", tmp_path / "if.so", "-q").returncode == 0
+    proc = kiln_cli("inspect", tmp_path / "if.so")
+    assert proc.returncode == 0, proc.stderr
+    assert "main_if0_then (private: a branch of an IF)" in proc.stdout
+    assert "input 0: flag  bool()" in proc.stdout
+    x = np.arange(-4, 4, dtype="float32").reshape(2, 4)
+    np.save(tmp_path / "x.npy", x)
+    for flag, want in ((True, np.maximum(x, 0)), (False, -x)):
+        np.save(tmp_path / "flag.npy", np.array(flag))
+        proc = kiln_cli("run", tmp_path / "if.so", "--input", f"flag={tmp_path / 'flag.npy'}",
+                        "--input", f"x={tmp_path / 'x.npy'}", "-o", tmp_path / "y.npy")
+        assert proc.returncode == 0, proc.stderr
+        np.testing.assert_array_equal(np.load(tmp_path / "y.npy"), want)
+    proc = kiln_cli("compile", model, "-o", tmp_path / "neg.so", "-q", "--const-input", "flag=0")
+    assert proc.returncode == 0, proc.stderr
+    proc = kiln_cli("inspect", tmp_path / "neg.so")
+    assert "functions: 1" in proc.stdout and "flag" not in proc.stdout
+    proc = kiln_cli("compile", model, "--const-input", "flag")
+    assert proc.returncode == 2 and "expected NAME=VALUE" in proc.stderr

@@ -57,6 +57,23 @@ def _parse_shape(text: str) -> tuple:
     return name, shape
 
 
+def _parse_value(text: str) -> tuple:
+    """``name=16000`` or ``name=1,2,3`` -> ``("name", array)`` (ints if every item is one)."""
+    import numpy as np
+    name, sep, items = text.partition("=")
+    if not sep or not name or not items.strip():
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE or NAME=V0,V1,... (e.g. sr=16000), got {text!r}")
+    parts = [p.strip() for p in items.split(",") if p.strip()]
+    try:
+        vals = [int(p) for p in parts]
+    except ValueError:
+        try:
+            vals = [float(p) for p in parts]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"values of {name!r} must be numbers, got {items!r}") from None
+    return name, np.array(vals[0] if len(vals) == 1 and "," not in items else vals)
+
+
 def _parse_input(text: str) -> tuple:
     """``name=file.npy`` -> ``("name", "file.npy")``."""
     name, sep, path = text.partition("=")
@@ -164,7 +181,8 @@ def cmd_compile(args) -> int:
     shapes = dict(args.shape or [])
     with step("importing"):
         try:
-            mod, params = kiln.frontend.from_onnx(model, shape_dict=shapes or None)
+            mod, params = kiln.frontend.from_onnx(model, shape_dict=shapes or None,
+                                                  const_inputs=dict(args.const_input or []) or None)
         except ONNXImportError as e:
             raise CLIError(f"{args.model}: {e}") from None
     with step(f"binding {len(params)} weights"):
@@ -293,6 +311,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--pipeline", default="default", help="graph pipeline: default or zero (default: default)")
     c.add_argument("--shape", type=_parse_shape, action="append", metavar="NAME=D0,D1,...",
                    help="pin the shape of graph input NAME (repeatable)")
+    c.add_argument("--const-input", type=_parse_value, action="append", metavar="NAME=VALUE",
+                   help="fix graph input NAME to a value at compile time, e.g. sr=16000: it leaves the "
+                   "signature and an If on it keeps one branch (repeatable)")
     c.add_argument("--cache-dir", help="build cache directory (default: Kiln's user cache)")
     c.add_argument("-q", "--quiet", action="store_true", help="no progress messages on stderr")
     c.set_defaults(func=cmd_compile)

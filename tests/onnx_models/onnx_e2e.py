@@ -11,14 +11,15 @@ import pytest
 _UNSUPPORTED = re.compile(r"\((\w+), opset \d+\): (.*not supported.*)")
 
 
-def import_or_skip(model, shape_dict=None):
-    """``kiln.frontend.from_onnx(model, shape_dict)``; skips the test when the importer rejects
-    an operator it does not support, with the operator named. Any other error fails the test."""
+def import_or_skip(model, shape_dict=None, const_inputs=None):
+    """``kiln.frontend.from_onnx(model, shape_dict, const_inputs=...)``; skips the test when the
+    importer rejects an operator it does not support, with the operator named. Any other error
+    fails the test."""
     import kiln
     from kiln.frontend.onnx.common import ONNXImportError
     from_onnx = kiln.frontend.from_onnx
     try:
-        return from_onnx(model, shape_dict=shape_dict)
+        return from_onnx(model, shape_dict=shape_dict, const_inputs=const_inputs)
     except ONNXImportError as e:
         m = _UNSUPPORTED.search(str(e))
         if m is None:
@@ -26,14 +27,15 @@ def import_or_skip(model, shape_dict=None):
         pytest.skip(f"importer does not support ONNX operator {m.group(1)}: {e}")
 
 
-def compile_onnx(model, shape_dict=None):
+def compile_onnx(model, shape_dict=None, const_inputs=None, with_executable=False):
     """Import (or skip), bind the initializers, run the "default" pipeline, compile for the
-    host, and return a ``kiln.VirtualMachine``."""
+    host, and return a ``kiln.VirtualMachine`` (and the ``Executable`` with ``with_executable``)."""
     import kiln
-    mod, params = import_or_skip(model, shape_dict)
+    mod, params = import_or_skip(model, shape_dict, const_inputs)
     mod = kiln.transform.bind_params("main", params)(mod)
     ex = kiln.compile(kiln.get_pipeline("default")(mod), target="llvm")
-    return kiln.VirtualMachine(ex, kiln.cpu())
+    vm = kiln.VirtualMachine(ex, kiln.cpu())
+    return (vm, ex) if with_executable else vm
 
 
 def run_kiln(vm, inputs: dict) -> list:

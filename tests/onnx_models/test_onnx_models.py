@@ -101,18 +101,55 @@ def test_rapidocr_model(which):
     _compare_with_ort(model, {"x": x})
 
 
-# Silero VAD: one 512-sample chunk at 16 kHz plus the recurrent state.
-@pytest.mark.parametrize("fname", ["silero_vad.onnx", "silero_vad_openvino_16k.onnx"])
-def test_silero_vad(fname):
-    model = _pinned(_package_file("silero_vad", "data", fname))
+# Silero VAD (speech probability of an audio chunk, with a recurrent state carried from chunk
+# to chunk): 512 samples at 16 kHz or 256 at 8 kHz. silero_vad.onnx picks the encoder with an
+# If on the sample rate `sr`.
+def _silero(fname):
+    return _pinned(_package_file("silero_vad", "data", fname))
+
+
+def _stream_against_ort(model, vm, params, chunk: int, srs):
+    """Feed chunks through Kiln and onnxruntime, each carrying its own state; compare every
+    output of every chunk. ``params``: the compiled function's inputs; ``srs``: the sample rate
+    per chunk (None: the model takes no sr)."""
+    import onnxruntime as ort
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     rng = np.random.default_rng(4)
-    names = [i.name for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}]
-    inputs = {}
-    for n in names:
-        if n == "sr":
-            inputs[n] = np.array(16000, dtype=np.int64)
-        elif n == "state":
-            inputs[n] = np.zeros((2, 1, 128), dtype=np.float32)
-        else:
-            inputs[n] = (0.1 * rng.standard_normal((1, 576 if "openvino" in fname else 512))).astype("float32")
-    _compare_with_ort(model, inputs)
+    state_k = state_o = np.zeros((2, 1, 128), np.float32)
+    for i, sr in enumerate(srs):
+        x = (0.1 * rng.standard_normal((1, chunk))).astype("float32")
+        feed = {"input": x, "state": state_o}
+        if sr is not None:
+            feed["sr"] = np.array(sr, np.int64)
+        want = sess.run(None, feed)
+        kfeed = {"input": x, "state": state_k, "sr": np.array(sr if sr else 0, np.int64)}
+        got = run_kiln(vm, {k: kfeed[k] for k in params})
+        for k, (g, w) in enumerate(zip(got, want)):
+            assert g.shape == w.shape, f"chunk {i}, output {k}"
+            np.testing.assert_allclose(g, w, rtol=RTOL, atol=ATOL, err_msg=f"chunk {i} (sr {sr}), output {k}")
+        state_k, state_o = got[1], want[1]
+
+
+def test_silero_vad_16k_sample_rate_fixed_at_import():
+    """``const_inputs`` fixes sr, so the If folds and only the 16 kHz encoder is compiled."""
+    model = _silero("silero_vad.onnx")
+    vm, ex = compile_onnx(model, {"input": (1, 512), "state": (2, 1, 128)}, const_inputs={"sr": 16000},
+                          with_executable=True)
+    assert [p.name for p in ex.spec.function("main").params] == ["input", "state"]
+    assert not any(f.private for f in ex.spec.functions)
+    _stream_against_ort(model, vm, ["input", "state"], 512, [16000] * 4)
+
+
+def test_silero_vad_sample_rate_chosen_at_run_time():
+    """sr stays an input: the If becomes call_if over two private branch functions, and one
+    artifact serves both rates (256-sample chunks are valid for both encoders)."""
+    model = _silero("silero_vad.onnx")
+    vm, ex = compile_onnx(model, {"input": (1, 256), "state": (2, 1, 128)}, with_executable=True)
+    assert [f.name for f in ex.spec.functions if f.private] == ["main_if0_then", "main_if0_else"]
+    _stream_against_ort(model, vm, ["input", "state", "sr"], 256, [16000, 8000, 8000, 16000])
+
+
+def test_silero_vad_openvino_variant():
+    model = _silero("silero_vad_openvino_16k.onnx")
+    vm = compile_onnx(model)
+    _stream_against_ort(model, vm, ["input", "state"], 576, [None] * 4)

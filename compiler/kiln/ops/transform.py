@@ -1,5 +1,5 @@
-"""Data-movement operators: reshape, permute_dims, concat, split, strided_slice, take, pad,
-broadcast_to, squeeze, expand_dims, flatten, topk.
+"""Data-movement operators: reshape, permute_dims, concat, split, strided_slice, take,
+broadcast_to, squeeze, expand_dims, flatten, topk (pad is in ``pad.py``).
 
 Each operator has its shape rule (``_infer_*``), its te definition (``_compute_*``, or a
 hand-written PrimFunc for ``topk``) and its numpy reference (``_ref_*``) side by side, and
@@ -549,14 +549,7 @@ register("take", infer=_infer_take, compute=_compute_take, reference=_ref_take,
              "are undefined (the kernel clamps them; it never reads out of bounds).")
 
 
-# ---- pad -----------------------------------------------------------------------------------
-
-def _pad_width(op, x, pad_width):
-    if not isinstance(pad_width, (list, tuple)) or len(pad_width) != x.ndim:
-        raise error(op, f"pad_width needs one (before, after) pair per dimension of "
-                        f"{shape_str(x.shape)}, got {pad_width!r}")
-    return [_ints(op, "pad_width entry", p, 2) for p in pad_width]
-
+# ---- constant padding (the pad operator is in pad.py) ----------------------------------
 
 def _pad_shape(op, x, pads):
     shape = []
@@ -566,15 +559,6 @@ def _pad_shape(op, x, pads):
             raise error(op, f"pad_width {tuple(pads)} crops more than the dimensions of {shape_str(x.shape)}")
         shape.append(n)
     return shape
-
-
-def _infer_pad(types, attrs):
-    (x,) = tensor_args("pad", types, count=1)
-    a = get_attrs("pad", attrs, pad_width=REQUIRED, pad_value=0.0)
-    pads = _pad_width("pad", x, require_attr("pad", a, "pad_width"))
-    if not isinstance(a["pad_value"], (int, float, np.number)) or isinstance(a["pad_value"], bool):
-        raise error("pad", f"pad_value must be a number, got {a['pad_value']!r}")
-    return out_type(_pad_shape("pad", x, pads), x.dtype)
 
 
 def padded(x, pads, value, name="pad"):
@@ -601,29 +585,6 @@ def padded(x, pads, value, name="pad"):
         cond = _and(conds)
         return x[tuple(idx)] if cond is None else Select(cond, x[tuple(idx)], fill)
     return te.compute(shape, f, name=name)
-
-
-def _compute_pad(args, attrs):
-    (x,) = args
-    pads = _pad_width("pad", TensorType(x.shape, x.dtype), attrs["pad_width"])
-    return padded(x, pads, attrs.get("pad_value", 0.0))
-
-
-def _ref_pad(x, pad_width, pad_value=0.0):
-    pads = [tuple(int(v) for v in p) for p in pad_width]
-    out = np.full([d + b + a for d, (b, a) in zip(x.shape, pads)], pad_value, dtype=x.dtype)
-    dst = tuple(slice(max(b, 0), max(b, 0) + max(0, d + min(b, 0) + min(a, 0)))
-                for d, (b, a) in zip(x.shape, pads))
-    src = tuple(slice(max(-b, 0), max(-b, 0) + max(0, d + min(b, 0) + min(a, 0)))
-                for d, (b, a) in zip(x.shape, pads))
-    out[dst] = x[src]
-    return out
-
-
-register("pad", infer=_infer_pad, compute=_compute_pad, reference=_ref_pad,
-         pattern="injective", num_args=1,
-         doc="pad(x, pad_width=((before, after), ...), pad_value=0.0): constant padding (numpy "
-             "pad mode='constant'), one pair per dimension; negative pads crop (ONNX Pad).")
 
 
 # ---- broadcast_to --------------------------------------------------------------------------

@@ -1,11 +1,12 @@
-"""The ONNX importer (DESIGN.md, "Frontends"): ``from_onnx(model, shape_dict=None, name="main")
+"""The ONNX importer (DESIGN.md, "Frontends"): ``from_onnx(model, shape_dict=None, name="main", const_inputs=None)
 -> (IRModule, params)``.
 
 One module per op family (``nn``, ``elementwise``, ``tensor``, ``reduction``), each registering
 converters in the table of ``common`` keyed by ONNX op type, with the opset version each
 converter applies from. ``supported_ops()`` lists the op types.
 """
-from . import attention, elementwise, loss, nn, reduction, tensor  # noqa: F401  (register converters)
+from . import (attention, control_flow, einsum, elementwise, grid, indexing, loss, nn, quantize,  # noqa: F401
+               recurrent, reduction, spectral, tensor)  # (each registers its converters)
 from .common import ONNXImportError, supported_ops
 from .importer import from_onnx
 

@@ -12,7 +12,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 import numpy as np
 
 from ...ir.graph import Constant, GraphExpr, GraphVar, TensorType, TupleGetItem, TupleType
-from ...ir.expr import IntImm
+from ...ir.expr import IntImm, PrimExpr
 from ... import ops as kops
 
 
@@ -63,6 +63,8 @@ class Ctx:
         self.known = known
         self.opset = opset
         self.used = set()
+        # known symbolic values (symbolic.py): placeholder var -> object array of PrimExprs
+        self.sym: Dict[GraphVar, np.ndarray] = {}
 
     # -- values known at import time ----------------------------------------------------
     def value(self, e: Optional[GraphExpr]) -> Optional[np.ndarray]:
@@ -74,8 +76,15 @@ class Ctx:
             return self.known[e]
         return None
 
+    def is_symbolic(self, e) -> bool:
+        """Whether ``e`` is a known symbolic value (shape arithmetic over symbolic dims)."""
+        return e is not None and e in self.sym
+
     def need_value(self, e, what: str) -> np.ndarray:
         v = self.value(e)
+        if v is None and self.is_symbolic(e):
+            from .symbolic import runtime_error
+            raise runtime_error(self, e, what)
         if v is None:
             raise Unsupported(f"{what} must be a constant (an initializer, a Constant or a "
                               f"foldable shape computation)",
@@ -88,9 +97,13 @@ class Ctx:
 
     # -- building -----------------------------------------------------------------------
     def op(self, name: str, *args: GraphExpr, **attrs) -> GraphExpr:
-        """``kiln.ops.call`` then bind; folds to a Constant when every input is known."""
+        """``kiln.ops.call`` then bind; folds to a Constant when every input is known, and
+        computes on symbolic values (symbolic.py) when an input is one."""
+        if any(self.is_symbolic(a) for a in args):
+            from .symbolic import eval_op
+            return eval_op(self, name, args, attrs)
         vals = [self.value(a) for a in args]
-        if all(v is not None for v in vals):
+        if all(v is not None for v in vals) and not _has_symbolic_dim(attrs):
             ref = kops.get(name).reference
             out = ref(*[np.asarray(v) for v in vals], **attrs)
             call = kops.call(name, *[Constant(v) for v in vals], **attrs)  # type check
@@ -98,6 +111,11 @@ class Ctx:
                 return tuple(Constant(np.asarray(o, dtype=t.dtype)) for o, t in zip(out, call.ty.fields))
             return Constant(np.asarray(out, dtype=call.ty.dtype).reshape(
                 [int(s.value) for s in call.ty.shape]))
+        return self.emit(name, *args, **attrs)
+
+    def emit(self, name: str, *args: GraphExpr, **attrs) -> GraphExpr:
+        """``kiln.ops.call`` then bind, without folding (a call whose attributes hold
+        symbolic dims, e.g. broadcasting a constant to a symbolic shape)."""
         for a in args:
             if isinstance(a, GraphVar):
                 self.used.add(a)
@@ -109,6 +127,15 @@ class Ctx:
 
 
 # ---- helpers ------------------------------------------------------------------------------
+def _has_symbolic_dim(attrs: dict) -> bool:
+    """Whether an attribute holds a symbolic dim (numpy references cannot fold those)."""
+    def sym(v):
+        if isinstance(v, (list, tuple)):
+            return any(sym(x) for x in v)
+        return isinstance(v, PrimExpr) and not isinstance(v, IntImm)
+    return any(sym(v) for v in attrs.values())
+
+
 def shape_of(e: GraphExpr):
     return e.ty.shape
 

@@ -42,6 +42,8 @@ def div(ctx, node, ins, attrs):
     if dt.is_float(dtype(a)):
         return ctx.op("divide", a, b)
     # integer division truncates toward zero (C semantics, as onnxruntime)
+    if ctx.is_symbolic(a) or ctx.is_symbolic(b):
+        return ctx.op("trunc_divide", a, b)  # shape arithmetic: only symbolic.py has this op
     d = dtype(a)
     q = ctx.op("divide", ctx.op("cast", a, dtype="float64"), ctx.op("cast", b, dtype="float64"))
     return ctx.op("cast", q, dtype=d)
@@ -294,11 +296,59 @@ def atanh(ctx, node, ins, attrs):
     return ctx.op("multiply", ctx.op("log", r), scalar_like(ctx, 0.5, x))
 
 
+def _atan(ctx, x):
+    """atan(x) to float32 precision (Cephes atanf): reduce |x| below tan(pi/8) with
+    atan(t) = pi/2 + atan(-1/t) past tan(3pi/8) and pi/4 + atan((t-1)/(t+1)) past tan(pi/8),
+    then an odd polynomial. Every branch is computed; ``where`` picks (the others may be
+    inf or nan, which where drops)."""
+    c = lambda v: scalar_like(ctx, v, x)  # noqa: E731
+    t = ctx.op("abs", x)
+    big = ctx.op("greater", t, c(2.414213562373095))
+    mid = ctx.op("greater", t, c(0.4142135623730950))
+    r = ctx.op("where", big, ctx.op("neg", ctx.op("divide", c(1.0), t)),
+               ctx.op("where", mid, ctx.op("divide", ctx.op("subtract", t, c(1.0)), ctx.op("add", t, c(1.0))), t))
+    base = ctx.op("where", big, c(np.pi / 2), ctx.op("where", mid, c(np.pi / 4), c(0.0)))
+    z = ctx.op("multiply", r, r)
+    poly = c(8.05374449538e-2)
+    for k in (-1.38776856032e-1, 1.99777106478e-1, -3.33329491539e-1):
+        poly = ctx.op("add", ctx.op("multiply", poly, z), c(k))
+    y = ctx.op("add", base, ctx.op("add", ctx.op("multiply", ctx.op("multiply", poly, z), r), r))
+    return ctx.op("where", ctx.op("less", x, c(0.0)), ctx.op("neg", y), y)
+
+
+@converter("Atan")
+def atan(ctx, node, ins, attrs):
+    return _atan(ctx, ins[0])
+
+
+@converter("Asin")
+def asin(ctx, node, ins, attrs):
+    """asin(x) = 2 atan(x / (1 + sqrt(1 - x^2))), stable up to |x| = 1."""
+    x = ins[0]
+    root = ctx.op("sqrt", ctx.op("subtract", _one(ctx, x), ctx.op("multiply", x, x)))
+    return ctx.op("multiply", scalar_like(ctx, 2.0, x),
+                  _atan(ctx, ctx.op("divide", x, ctx.op("add", _one(ctx, x), root))))
+
+
+@converter("Acos")
+def acos(ctx, node, ins, attrs):
+    """acos(x) = 2 atan(sqrt((1 - x) / (1 + x))), accurate near x = 1 (acos(-1) = 2 atan(inf))."""
+    x = ins[0]
+    q = ctx.op("divide", ctx.op("subtract", _one(ctx, x), x), ctx.op("add", _one(ctx, x), x))
+    return ctx.op("multiply", scalar_like(ctx, 2.0, x), _atan(ctx, ctx.op("sqrt", q)))
+
+
 @converter("Swish")
 def swish(ctx, node, ins, attrs):
     x = ins[0]
     a = attrs.get("alpha", 1.0)
     return ctx.op("multiply", x, ctx.op("sigmoid", ctx.op("multiply", x, scalar_like(ctx, a, x))))
+
+
+@converter("SwiGLU")
+def swiglu(ctx, node, ins, attrs):
+    """``Swish_alpha(A) * B`` (A and B of one shape)."""
+    return ctx.op("multiply", swish(ctx, node, ins[:1], attrs), ins[1])
 
 
 @converter("IsNaN")
@@ -355,6 +405,30 @@ def cumsum(ctx, node, ins, attrs):
     else:
         y = ctx.op("matmul", ctx.op("cast", t, dtype="float64"), ctx.const(m.astype(np.float64)))
         y = ctx.op("cast", y, dtype=dtype(x))
+    if axis != n - 1:
+        y = ctx.op("permute_dims", y, axes=tuple(int(a) for a in np.argsort(perm)))
+    return y
+
+
+@converter("CumProd")
+def cumprod(ctx, node, ins, attrs):
+    """The running product along ``axis``: ``out[..., j] = prod_i where(M[j, i], x[..., i], 1)``
+    with the triangular mask M of CumSum (O(n^2) work along the axis, fine for short axes)."""
+    x = ins[0]
+    n = ndim(x)
+    axis = norm_axis(int(np.asarray(ctx.need_value(ins[1], "axis")).reshape(-1)[0]), n)
+    d = static_shape(x)[axis]
+    j = np.arange(d)[:, None]       # output position
+    i = np.arange(d)[None, :]       # input position
+    excl, rev = attrs.get("exclusive", 0), attrs.get("reverse", 0)
+    if rev:
+        m = (i > j) if excl else (i >= j)
+    else:
+        m = (i < j) if excl else (i <= j)
+    perm = [k for k in range(n) if k != axis] + [axis]
+    t = ctx.op("permute_dims", x, axes=tuple(perm)) if axis != n - 1 else x
+    t = ctx.op("expand_dims", t, axis=n - 1)                     # (..., 1, d): broadcast over j
+    y = ctx.op("prod", ctx.op("where", ctx.const(m), t, scalar_like(ctx, 1, x)), axis=n)
     if axis != n - 1:
         y = ctx.op("permute_dims", y, axes=tuple(int(a) for a in np.argsort(perm)))
     return y

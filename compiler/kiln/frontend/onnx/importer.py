@@ -35,19 +35,28 @@ def _attrs(node) -> dict:
     return out
 
 
-def from_onnx(model, shape_dict: Optional[Dict[str, tuple]] = None, name: str = "main"):
-    """Import an ONNX model (a ``ModelProto`` or a path) as an IRModule with one graph
+def from_onnx(model, shape_dict: Optional[Dict[str, tuple]] = None, name: str = "main",
+              const_inputs: Optional[Dict[str, object]] = None):
+    """Import an ONNX model (a ``ModelProto`` or a path) as an IRModule with the graph
     function ``name`` and return ``(mod, params)``, params mapping initializer names to numpy
     arrays (bind them with ``kiln.transform.bind_params(name, params)``).
 
     Dynamic dims become symbolic Vars, one per ``dim_param`` name (an unnamed one gets a
-    fresh Var), unless ``shape_dict`` pins the input's shape. Errors are ``ONNXImportError``
-    naming the node (name, op type, opset) and what is unsupported.
+    fresh Var), unless ``shape_dict`` pins the input's shape. ``const_inputs`` fixes graph
+    inputs to values (name -> array) at import time: they leave the signature and fold, e.g. a
+    sample rate that selects a branch of an ``If``. An ``If`` whose condition is only known at
+    run time becomes ``call_if`` over two private graph functions (``name_if0_then``, ...) in
+    the same module. Errors are ``ONNXImportError`` naming the node (name, op type, opset) and
+    what is unsupported.
+
+    >>> mod, params = from_onnx("silero_vad.onnx", shape_dict={"input": (1, 512)},
+    ...                         const_inputs={"sr": np.array(16000)})   # doctest: +SKIP
     """
     import onnx
     if isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
         model = onnx.load(model)
     shape_dict = dict(shape_dict or {})
+    const_inputs = {k: np.asarray(v) for k, v in (const_inputs or {}).items()}
     opset = None
     for imp in model.opset_import:
         if imp.domain in ("", "ai.onnx"):
@@ -65,6 +74,9 @@ def from_onnx(model, shape_dict: Optional[Dict[str, tuple]] = None, name: str = 
     inputs = []
     for vi in graph.input:
         if vi.name in inits:
+            continue
+        if vi.name in const_inputs:
+            env[vi.name] = _const_input(vi, const_inputs[vi.name])
             continue
         tt = vi.type.tensor_type
         try:
@@ -90,6 +102,10 @@ def from_onnx(model, shape_dict: Optional[Dict[str, tuple]] = None, name: str = 
         v = GraphVar(vi.name, TensorType(shape, dt))
         env[vi.name] = v
         inputs.append(v)
+    unknown = set(const_inputs) - {vi.name for vi in graph.input if vi.name not in inits}
+    if unknown:
+        raise ONNXImportError(f"const_inputs names {sorted(unknown)}, which are not graph inputs; "
+                              f"the inputs are {[vi.name for vi in graph.input if vi.name not in inits]}")
     extra = set(shape_dict) - {v.name for v in inputs}
     if extra:
         raise ONNXImportError(f"shape_dict names {sorted(extra)}, which are not graph inputs; "
@@ -104,12 +120,17 @@ def from_onnx(model, shape_dict: Optional[Dict[str, tuple]] = None, name: str = 
 
     fb = FunctionBuilder(())
     ctx = Ctx(fb, known, opset)
+    # What control_flow.py needs: the names in scope, and where If branches go.
+    ctx.env, ctx.functions, ctx.func_name = env, {}, name
     outs = []
     with fb.dataflow():
         for idx, node in enumerate(graph.node):
             _convert_node(ctx, node, idx, env, opset)
         for vo in graph.output:
             e = env[vo.name]
+            if ctx.is_symbolic(e):
+                from .symbolic import runtime_error
+                raise ONNXImportError(str(runtime_error(ctx, e, f"graph output {vo.name!r}")))
             if isinstance(e, GraphVar) and e in known:
                 ctx.used.add(e)
             outs.append(e)
@@ -123,7 +144,31 @@ def from_onnx(model, shape_dict: Optional[Dict[str, tuple]] = None, name: str = 
     fb.attrs = {"num_input": len(inputs)}
     func = fb.finish(ret)
     params = {v.name: known[v] for v in used_inits}
-    return IRModule({name: func}), params
+    return IRModule({name: func, **ctx.functions}), params
+
+
+def _const_input(vi, value: np.ndarray) -> Constant:
+    """Graph input ``vi`` fixed to ``value`` (``const_inputs``): checked against its dtype and
+    the dimensions its type fixes."""
+    from ...ir import dtype as dtypes
+    tt = vi.type.tensor_type
+    try:
+        want = kiln_dtype(tt.elem_type, f"graph input {vi.name!r}: ")
+    except Unsupported as e:
+        raise ONNXImportError(str(e)) from None
+    arr = np.asarray(value)
+    if arr.dtype != dtypes.to_numpy(want):
+        integral_flag = want == "bool" and arr.dtype.kind in "iu" and np.isin(arr, (0, 1)).all()
+        if not integral_flag and not np.can_cast(arr.dtype, dtypes.to_numpy(want), casting="same_kind"):
+            raise ONNXImportError(f"const_inputs[{vi.name!r}]: dtype {arr.dtype} does not fit the input's {want}")
+        arr = arr.astype(dtypes.to_numpy(want))
+    if tt.HasField("shape"):
+        dims = tt.shape.dim
+        fixed = [d.dim_value if d.HasField("dim_value") else None for d in dims]
+        if len(fixed) != arr.ndim or any(f is not None and f != n for f, n in zip(fixed, arr.shape)):
+            raise ONNXImportError(f"const_inputs[{vi.name!r}]: shape {arr.shape} does not fit the input's "
+                                  f"shape {tuple(f if f is not None else '?' for f in fixed)}")
+    return Constant(arr)
 
 
 def _identity(e):

@@ -6,6 +6,7 @@ import math
 import numpy as np
 
 from .common import Unsupported, converter, dim, dtype, ndim, norm_axis, scalar_like, static_shape
+from .resize import general_resize
 
 
 def _same_pads(in_sizes, kernel, strides, dilations, mode):
@@ -267,13 +268,34 @@ def _pool1d_as_2d(fn):
 
 
 def _pool_common(attrs, x, node):
-    if ndim(x) != 4:
-        raise Unsupported(f"only 2-D pooling (4-D input) is supported, got a {ndim(x)}-D input")
+    if ndim(x) not in (4, 5):
+        raise Unsupported(f"only 1-D, 2-D and 3-D pooling are supported, got a {ndim(x)}-D input")
+    nsp = ndim(x) - 2
     kernel = list(attrs["kernel_shape"])
-    strides = list(attrs.get("strides", [1, 1]))
-    dil = list(attrs.get("dilations", [1, 1]))
-    pads = _pads(attrs, x, kernel, strides, dil, 2)
+    strides = list(attrs.get("strides", [1] * nsp))
+    dil = list(attrs.get("dilations", [1] * nsp))
+    pads = _pads(attrs, x, kernel, strides, dil, nsp)
     return kernel, strides, dil, pads
+
+
+def _pool(ctx, kop, x, kernel, strides, dil, pads, **kw):
+    """``kop`` (max_pool2d or avg_pool2d) over the spatial dims of a 4-D or 5-D input.
+
+    A 3-D window is separable: pool (H, W) with D folded into the channels, then pool D with
+    H*W flattened. Max is exact that way, and so is average: its divisor (taps inside the
+    input, or inside the padded input) is a product of per-dim counts, so it splits too."""
+    if ndim(x) == 4:
+        return ctx.op(kop, x, pool_size=tuple(kernel), strides=tuple(strides),
+                      padding=tuple(pads), dilation=tuple(dil), **kw)
+    n, c, d, h, w = static_shape(x)
+    t = ctx.op("reshape", x, shape=(n, c * d, h, w))
+    t = ctx.op(kop, t, pool_size=tuple(kernel[1:]), strides=tuple(strides[1:]),
+               padding=(pads[1], pads[2], pads[4], pads[5]), dilation=tuple(dil[1:]), **kw)
+    _, _, h2, w2 = static_shape(t)
+    t = ctx.op("reshape", t, shape=(n, c, d, h2 * w2))
+    t = ctx.op(kop, t, pool_size=(kernel[0], 1), strides=(strides[0], 1),
+               padding=(pads[0], 0, pads[3], 0), dilation=(dil[0], 1), **kw)
+    return ctx.op("reshape", t, shape=(n, c, static_shape(t)[2], h2, w2))
 
 
 @converter("MaxPool", since=1)
@@ -283,8 +305,8 @@ def max_pool(ctx, node, ins, attrs):
         raise Unsupported("the Indices output is not supported")
     x = ins[0]
     kernel, strides, dil, pads = _pool_common(attrs, x, node)
-    return ctx.op("max_pool2d", x, pool_size=tuple(kernel), strides=tuple(strides),
-                  padding=tuple(pads), dilation=tuple(dil), ceil_mode=bool(attrs.get("ceil_mode", 0)))
+    return _pool(ctx, "max_pool2d", x, kernel, strides, dil, pads,
+                 ceil_mode=bool(attrs.get("ceil_mode", 0)))
 
 
 @converter("AveragePool", since=1)
@@ -292,11 +314,9 @@ def max_pool(ctx, node, ins, attrs):
 def avg_pool(ctx, node, ins, attrs):
     x = ins[0]
     kernel, strides, dil, pads = _pool_common(attrs, x, node)
-    if dil != [1, 1]:
-        raise Unsupported("dilations are not supported for AveragePool")
-    return ctx.op("avg_pool2d", x, pool_size=tuple(kernel), strides=tuple(strides),
-                  padding=tuple(pads), ceil_mode=bool(attrs.get("ceil_mode", 0)),
-                  count_include_pad=bool(attrs.get("count_include_pad", 0)))
+    return _pool(ctx, "avg_pool2d", x, kernel, strides, dil, pads,
+                 ceil_mode=bool(attrs.get("ceil_mode", 0)),
+                 count_include_pad=bool(attrs.get("count_include_pad", 0)))
 
 
 @converter("LpPool", since=1)
@@ -304,14 +324,30 @@ def avg_pool(ctx, node, ins, attrs):
 def lp_pool(ctx, node, ins, attrs):
     x = ins[0]
     kernel, strides, dil, pads = _pool_common(attrs, x, node)
-    if dil != [1, 1]:
-        raise Unsupported("dilations are not supported for LpPool")
     p = float(attrs.get("p", 2))
     xp = ctx.op("power", ctx.op("abs", x), scalar_like(ctx, p, x))
-    m = ctx.op("avg_pool2d", xp, pool_size=tuple(kernel), strides=tuple(strides), padding=tuple(pads),
-               ceil_mode=bool(attrs.get("ceil_mode", 0)), count_include_pad=True)
-    s = ctx.op("multiply", m, scalar_like(ctx, kernel[0] * kernel[1], x))
+    m = _pool(ctx, "avg_pool2d", xp, kernel, strides, dil, pads,
+              ceil_mode=bool(attrs.get("ceil_mode", 0)), count_include_pad=True)
+    s = ctx.op("multiply", m, scalar_like(ctx, int(np.prod(kernel)), x))
     return ctx.op("power", s, scalar_like(ctx, 1.0 / p, x))
+
+
+@converter("LRN", since=1)
+def lrn(ctx, node, ins, attrs):
+    """``x / (bias + alpha / size * sum of x^2 over a window of channels) ^ beta``; the window
+    sum is an average pool (padding counted, so the divisor is always ``size``) over C."""
+    x = ins[0]
+    shp = static_shape(x)
+    size = attrs["size"]
+    alpha, beta, bias = attrs.get("alpha", 1e-4), attrs.get("beta", 0.75), attrs.get("bias", 1.0)
+    sq = ctx.op("reshape", ctx.op("multiply", x, x), shape=(shp[0], 1, shp[1], int(np.prod(shp[2:]))))
+    lo, hi = (size - 1) // 2, size // 2          # floor and ceil of (size - 1) / 2
+    m = ctx.op("avg_pool2d", sq, pool_size=(size, 1), strides=(1, 1), padding=(lo, 0, hi, 0),
+               count_include_pad=True)
+    # alpha / size * (size * mean) = alpha * mean
+    den = ctx.op("add", scalar_like(ctx, bias, x), ctx.op("multiply", m, scalar_like(ctx, alpha, x)))
+    den = ctx.op("reshape", ctx.op("power", den, scalar_like(ctx, -beta, x)), shape=tuple(shp))
+    return ctx.op("multiply", x, den)
 
 
 @converter("GlobalAveragePool", since=1)
@@ -375,6 +411,16 @@ def depth_to_space(ctx, node, ins, attrs):
 
 @converter("Resize", since=11)
 def resize(ctx, node, ins, attrs):
+    """The resize2d operator where it fits (NCHW, integral sizes, its modes), else the general
+    per-axis decomposition of resize.py (cubic, antialias, any rank, fractional scales...)."""
+    try:
+        return _resize2d(ctx, node, ins, attrs)
+    except Unsupported:
+        # _resize2d checks everything before it builds anything, so nothing is left behind
+        return general_resize(ctx, node, ins, attrs)
+
+
+def _resize2d(ctx, node, ins, attrs):
     x = ins[0]
     scales = ctx.need_value(ins[2], "scales") if len(ins) > 2 and ins[2] is not None else None
     sizes = ctx.need_value(ins[3], "sizes") if len(ins) > 3 and ins[3] is not None else None

@@ -1,10 +1,13 @@
-"""Shape and data-movement ops; shape subgraphs fold to constants when shapes are known."""
+"""Shape and data-movement ops; shape subgraphs fold to constants when shapes are known, and
+to known symbolic values (symbolic.py) when they involve symbolic dims."""
 from __future__ import annotations
 
 import numpy as np
 from onnx import numpy_helper
 
 from ...ir.expr import IntImm
+from ...ops.registry import OpError
+from . import symbolic
 from .common import (Unsupported, converter, dim, dtype, fmt_shape, kiln_dtype, ndim, norm_axis,
                      static_shape)
 
@@ -39,24 +42,27 @@ def shape(ctx, node, ins, attrs):
     end = attrs.get("end", n)
     start = min(max(start + n if start < 0 else start, 0), n)
     end = min(max(end + n if end < 0 else end, 0), n)
-    dims = dims[start:end]
-    if not all(isinstance(d, IntImm) for d in dims):
-        raise Unsupported(f"the shape {fmt_shape(x.ty.shape)} is symbolic; pin the input shapes "
-                          f"with shape_dict to fold this shape computation")
-    return ctx.const(np.asarray([d.value for d in dims], np.int64))
+    # a Constant when the dims are static, else a known symbolic value (symbolic.py)
+    return symbolic.from_dims(ctx, dims[start:end])
 
 
 @converter("Size")
 def size(ctx, node, ins, attrs):
-    return ctx.const(np.int64(np.prod(static_shape(ins[0]))))
+    n = IntImm(1, "int64")
+    for d in ins[0].ty.shape:
+        n = n * symbolic.as_expr(d)
+    return symbolic.from_dims(ctx, [n], scalar=True)
 
 
 @converter("ConstantOfShape")
 def constant_of_shape(ctx, node, ins, attrs):
-    shp = _ints(ctx, ins[0], "the shape input")
+    shp = symbolic.dims(ctx, ins[0], "the shape input")
     v = numpy_helper.to_array(attrs["value"]) if "value" in attrs else np.zeros(1, np.float32)
     kiln_dtype(attrs["value"].data_type if "value" in attrs else 1, "value: ")
-    return ctx.const(np.full(shp, v.reshape(-1)[0], dtype=v.dtype))
+    if all(isinstance(d, int) for d in shp):
+        return ctx.const(np.full(shp, v.reshape(-1)[0], dtype=v.dtype))
+    # a symbolic shape: the scalar broadcast at run time
+    return ctx.op("broadcast_to", ctx.const(v.reshape(-1)[0]), shape=tuple(shp))
 
 
 @converter("Range")
@@ -68,19 +74,16 @@ def range_(ctx, node, ins, attrs):
 @converter("Reshape")
 def reshape(ctx, node, ins, attrs):
     x = ins[0]
-    shp = _ints(ctx, ins[1], "the shape input")
-    if not attrs.get("allowzero", 0):
-        out = []
-        for i, s in enumerate(shp):
-            if s == 0:
-                if i >= ndim(x):
-                    raise Unsupported(f"shape {shp}: 0 at position {i} copies a dim the input "
-                                      f"{fmt_shape(x.ty.shape)} does not have")
-                out.append(dim(x.ty.shape[i]))
-            else:
-                out.append(s)
-        shp = out
-    return ctx.op("reshape", x, shape=tuple(shp))
+    shp = symbolic.dims(ctx, ins[1], "the shape input")
+    shp = symbolic.reshape_target(x.ty.shape, shp, bool(attrs.get("allowzero", 0)))
+    try:
+        return ctx.op("reshape", x, shape=tuple(shp))
+    except OpError as e:
+        if x.ty.static_shape() is not None and all(isinstance(d, int) for d in shp):
+            raise
+        # e.g. a target that holds only for the sizes the model was exported at
+        raise Unsupported(f"{e}; with symbolic dims the element counts must match for every "
+                          f"size: pin the input shapes with shape_dict") from None
 
 
 @converter("Flatten")
@@ -113,7 +116,11 @@ def concat(ctx, node, ins, attrs):
 @converter("Gather")
 def gather(ctx, node, ins, attrs):
     x, idx = ins
-    return ctx.op("take", x, idx, axis=attrs.get("axis", 0))
+    axis = attrs.get("axis", 0)
+    if ctx.is_symbolic(idx) and not ctx.is_symbolic(x):
+        # x[:, T - 1] on an axis of size T is x[:, -1]: take wraps negative indices
+        idx = symbolic.index_from_end(ctx, idx, x.ty.shape[norm_axis(axis, ndim(x))])
+    return ctx.op("take", x, idx, axis=axis)
 
 
 @converter("Slice")
@@ -123,14 +130,44 @@ def slice_(ctx, node, ins, attrs):
         starts, ends = attrs["starts"], attrs["ends"]
         axes, steps = attrs.get("axes"), None
     else:
-        starts = _ints(ctx, ins[1], "starts")
-        ends = _ints(ctx, ins[2], "ends")
+        starts = symbolic.dims(ctx, ins[1], "starts")
+        ends = symbolic.dims(ctx, ins[2], "ends")
         axes = _ints(ctx, ins[3], "axes") if len(ins) > 3 and ins[3] is not None else None
         steps = _ints(ctx, ins[4], "steps") if len(ins) > 4 and ins[4] is not None else None
     if axes is None:
         axes = list(range(len(starts)))
+    starts, ends = _static_slice_bounds(x, starts, ends, axes, steps)
+    if _takes_everything(x, starts, ends, axes, steps):
+        return x  # x[:, :T] with T = x.shape[1], x[:, 0:]: nothing to slice
     return ctx.op("strided_slice", x, begin=tuple(starts), end=tuple(ends),
                   strides=None if steps is None else tuple(steps), axes=tuple(axes))
+
+
+def _static_slice_bounds(x, starts, ends, axes, steps):
+    """Slice bounds as ints: symbolic ones are accepted when they select a whole dim."""
+    starts, ends = list(starts), list(ends)
+    for k, (b, e) in enumerate(zip(starts, ends)):
+        if isinstance(b, int) and isinstance(e, int):
+            continue
+        ax = norm_axis(axes[k], ndim(x))
+        whole = symbolic.slice_bounds(x.ty.shape[ax], b, e, 1 if steps is None else steps[k])
+        if whole is None:
+            raise Unsupported(f"slicing axis {ax} of {fmt_shape(x.ty.shape)} from {b} to {e} "
+                              f"needs bounds known at compile time (symbolic bounds are "
+                              f"supported only when they take the whole dim); pin the input "
+                              f"shapes with shape_dict")
+        starts[k], ends[k] = whole
+    return starts, ends
+
+
+def _takes_everything(x, starts, ends, axes, steps) -> bool:
+    """Whether a slice keeps every element of every axis it names."""
+    for k, (b, e) in enumerate(zip(starts, ends)):
+        d = x.ty.shape[norm_axis(axes[k], ndim(x))]
+        whole_end = e >= 2 ** 31 - 1 or (isinstance(d, IntImm) and e >= d.value)
+        if b != 0 or not whole_end or (steps is not None and steps[k] != 1):
+            return False
+    return True
 
 
 def _axes_input_or_attr(ctx, ins, attrs, since):
@@ -158,32 +195,27 @@ def squeeze(ctx, node, ins, attrs):
 @converter("Expand")
 def expand(ctx, node, ins, attrs):
     x = ins[0]
-    shp = _ints(ctx, ins[1], "the shape input")
-    xs = list(x.ty.shape)
-    n = max(len(xs), len(shp))
-    xs = [IntImm(1)] * (n - len(xs)) + xs
-    shp = [1] * (n - len(shp)) + shp
-    out = []
-    for a, b in zip(xs, shp):
-        if b == 1:
-            out.append(dim(a))
-        elif isinstance(a, IntImm) and a.value not in (1, b):
-            raise Unsupported(f"shape {fmt_shape(x.ty.shape)} does not broadcast to {shp}")
-        else:
-            out.append(b)
+    shp = symbolic.dims(ctx, ins[1], "the shape input")
+    out = symbolic.broadcast_dims(x.ty.shape, shp, "the shape input")
     return ctx.op("broadcast_to", x, shape=tuple(out))
 
 
 @converter("Tile")
 def tile(ctx, node, ins, attrs):
     x = ins[0]
-    reps = _ints(ctx, ins[1], "repeats")
-    shp = static_shape(x)
+    reps = symbolic.dims(ctx, ins[1], "repeats")
+    shp = [dim(s) for s in x.ty.shape]
+    if all(isinstance(r, int) and r == 1 for r in reps):
+        return x
     inter, big, final = [], [], []
     for s, r in zip(shp, reps):
+        if isinstance(r, int) and r == 1:  # an untiled axis needs no size-1 companion
+            inter.append(s), big.append(s), final.append(s)
+            continue
         inter += [1, s]
         big += [r, s]
-        final.append(r * s)
+        final.append(symbolic.as_int_or_expr(symbolic.simplify(
+            symbolic.as_expr(r) * symbolic.as_expr(s))))
     t = ctx.op("reshape", x, shape=tuple(inter))
     t = ctx.op("broadcast_to", t, shape=tuple(big))
     return ctx.op("reshape", t, shape=tuple(final))
@@ -217,8 +249,8 @@ def split(ctx, node, ins, attrs):
 def pad(ctx, node, ins, attrs):
     x = ins[0]
     mode = attrs.get("mode", "constant")
-    if mode != "constant":
-        raise Unsupported(f"mode={mode} is not supported (constant is)")
+    if mode not in ("constant", "reflect", "edge", "wrap"):
+        raise Unsupported(f"mode={mode} is not supported (constant, reflect, edge and wrap are)")
     n = ndim(x)
     if ctx.opset < 11:
         pads, val = list(attrs["pads"]), attrs.get("value", 0.0)
@@ -236,7 +268,17 @@ def pad(ctx, node, ins, attrs):
     pw = [(0, 0)] * n
     for i, a in enumerate(axes):
         pw[a] = (pads[i], pads[i + k])
-    return ctx.op("pad", x, pad_width=tuple(pw), pad_value=val)
+    if mode == "constant":
+        return ctx.op("pad", x, pad_width=tuple(pw), pad_value=val)
+    # Negative pads crop before padding (as onnxruntime does); kiln's pad takes them in
+    # constant mode only.
+    if any(b < 0 or e < 0 for b, e in pw):
+        crop = [(ax, max(-b, 0), max(-e, 0)) for ax, (b, e) in enumerate(pw) if b < 0 or e < 0]
+        x = ctx.op("strided_slice", x, begin=tuple(b for _, b, _ in crop),
+                   end=tuple(-e if e else 2 ** 63 - 1 for _, _, e in crop),
+                   axes=tuple(ax for ax, _, _ in crop))
+        pw = [(max(b, 0), max(e, 0)) for b, e in pw]
+    return ctx.op("pad", x, pad_width=tuple(pw), mode=mode)
 
 
 @converter("Trilu")

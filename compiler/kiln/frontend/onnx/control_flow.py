@@ -1,0 +1,166 @@
+"""ONNX ``If``: a branch picked at import time is inlined; one picked at run time becomes
+``call_if`` over two private graph functions.
+
+A condition known at import time (a constant, or a shape test that folds because the shapes
+are known, as in most exported ``if x.dim() == 3`` code) inlines the taken branch's nodes into
+the current function: no control flow is left. Otherwise each branch becomes a private graph
+function whose parameters are the outer values it uses (weights included: ``bind_params``
+later moves constant arguments into the branches), and the node becomes
+``call_if(cond, then_f, else_f, args)``, which the VM runs with its IF instruction. Both
+branches must then give outputs of the same dtypes and shapes; when they cannot (e.g. a branch
+that only works for other input shapes), the error says which value to pin with
+``from_onnx(..., const_inputs=...)``.
+"""
+from __future__ import annotations
+
+from typing import Dict, List, Tuple
+
+from ...ir.graph import (Constant, Function, GraphExpr, GraphVar, TensorType, Tuple as GraphTuple,
+                         TupleGetItem, TupleType, call_if)
+from ...ir.graph_builder import FunctionBuilder
+from ...transform.graph_util import use_counts
+from .common import Ctx, ONNXImportError, Unsupported, converter, fmt_shape
+
+
+class _ScopedEnv(dict):
+    """A subgraph's names: its own, then (read-only) the enclosing graph's."""
+
+    def __init__(self, parent):
+        super().__init__()
+        self.parent = parent
+
+    def __contains__(self, name):
+        return dict.__contains__(self, name) or name in self.parent
+
+    def __missing__(self, name):
+        return self.parent[name]
+
+
+class _CaptureEnv(_ScopedEnv):
+    """A branch function's names: an outer value becomes a parameter of the branch the first
+    time the branch uses it (constants stay constants)."""
+
+    def __init__(self, parent, ctx: Ctx, outer: Ctx):
+        super().__init__(parent)
+        self.ctx, self.outer = ctx, outer
+        self.captures: Dict[int, Tuple[GraphVar, GraphExpr]] = {}  # id(outer expr) -> (param, outer)
+
+    def __missing__(self, name):
+        e = self.parent[name]
+        if isinstance(e, Constant):
+            return e
+        if id(e) not in self.captures:
+            p = GraphVar(name if isinstance(e, GraphVar) else f"{name}_in", e.ty)
+            # What is known about the outer value at import time stays known in the branch.
+            if isinstance(e, GraphVar) and e in self.outer.known:
+                self.ctx.known[p] = self.outer.known[e]
+            if isinstance(e, GraphVar) and e in self.outer.sym:
+                self.ctx.sym[p] = self.outer.sym[e]
+            self.captures[id(e)] = (p, e)
+        return self.captures[id(e)][0]
+
+
+def _subgraph_constants(g, env) -> None:
+    """A subgraph's own initializers (rare, but allowed) as constants."""
+    from .importer import _to_numpy
+    for t in g.initializer:
+        env[t.name] = Constant(_to_numpy(t))
+
+
+def _convert_graph(ctx: Ctx, g, env) -> List[GraphExpr]:
+    from .importer import _convert_node
+    _subgraph_constants(g, env)
+    outer_env, ctx.env = ctx.env, env   # nested Ifs see this subgraph's names
+    try:
+        for idx, node in enumerate(g.node):
+            _convert_node(ctx, node, idx, env, ctx.opset)
+        return [env[o.name] for o in g.output]
+    finally:
+        ctx.env = outer_env
+
+
+@converter("If", since=11)
+def if_(ctx, node, ins, attrs):
+    cond = ins[0]
+    branches = attrs["then_branch"], attrs["else_branch"]
+    value = ctx.value(cond)
+    if value is not None:
+        if value.size != 1:
+            raise Unsupported(f"the condition has {value.size} elements; If needs exactly one")
+        return _convert_graph(ctx, branches[0] if bool(value.reshape(-1)[0]) else branches[1],
+                              _ScopedEnv(ctx.env))
+    return _runtime_if(ctx, node, cond, branches)
+
+
+def _branch(ctx: Ctx, g, what: str):
+    """Import subgraph ``g`` as a private function; returns (function, outputs, env) where the
+    function's parameters are every outer value the branch captured, in capture order."""
+    fb = FunctionBuilder((), attrs={"private": True})
+    bctx = Ctx(fb, ctx.known, ctx.opset)
+    bctx.sym = ctx.sym
+    bctx.functions, bctx.func_name = ctx.functions, ctx.func_name
+    env = _CaptureEnv(ctx.env, bctx, ctx)
+    bctx.env = env
+    with fb.dataflow():
+        try:
+            outs = _convert_graph(bctx, g, env)
+        except ONNXImportError as e:  # names the inner node; the If converter adds this node
+            raise Unsupported(
+                f"{what}: {e}. (The condition is only known at run time, so Kiln imports both branches "
+                f"for the same input shapes; if this branch does not apply to them, fix the graph inputs "
+                f"the condition depends on with from_onnx(..., const_inputs={{name: value}}))",
+                needs_constant=e.needs_constant) from None
+        for e in outs:
+            if ctx.is_symbolic(e):
+                raise Unsupported(f"{what} output is a shape value computed at import time; it "
+                                  "cannot cross a run-time If")
+        final = [e if isinstance(e, Constant) else fb.emit_output(e) for e in outs]
+    fb.params = tuple(p for p, _ in env.captures.values())
+    return fb.finish(final[0] if len(final) == 1 else GraphTuple(tuple(final))), final, env
+
+
+def _same_types(node, then_outs, else_outs):
+    for k, (a, b) in enumerate(zip(then_outs, else_outs)):
+        ta, tb = a.ty, b.ty
+        if not (isinstance(ta, TensorType) and isinstance(tb, TensorType)):
+            raise Unsupported(f"output {k} is not a tensor in both branches")
+        same_shape = ta.shape is not None and tb.shape is not None and len(ta.shape) == len(tb.shape) and \
+            all(str(x) == str(y) for x, y in zip(ta.shape, tb.shape))
+        if ta.dtype != tb.dtype or not same_shape:
+            raise Unsupported(
+                f"the condition {node.input[0]!r} is only known at run time, and output {k} differs between "
+                f"the branches (then: {ta.dtype}{fmt_shape(ta.shape)}, else: {tb.dtype}{fmt_shape(tb.shape)}); "
+                f"Kiln compiles both branches for the same shapes. Fix the graph inputs the condition "
+                f"depends on with from_onnx(..., const_inputs={{name: value}}) to keep one branch")
+
+
+def _runtime_if(ctx: Ctx, node, cond, branches):
+    if len(branches[0].output) != len(branches[1].output):
+        raise Unsupported("the branches have different numbers of outputs")
+    then_f, then_outs, then_env = _branch(ctx, branches[0], "then branch")
+    else_f, else_outs, else_env = _branch(ctx, branches[1], "else branch")
+    _same_types(node, then_outs, else_outs)
+    # Both branches take the same arguments: every outer value either of them uses at run time
+    # (a capture used only to fold shapes at import time is not passed).
+    outer: Dict[int, GraphExpr] = {}
+    for func, env in ((then_f, then_env), (else_f, else_env)):
+        uses = use_counts(func)
+        for key, (p, e) in env.captures.items():
+            if uses[p]:
+                outer.setdefault(key, e)
+    k = sum(1 for n in ctx.functions if n.endswith("_then"))
+    names = [f"{ctx.func_name}_if{k}_then", f"{ctx.func_name}_if{k}_else"]
+    for func, env, fname in ((then_f, then_env, names[0]), (else_f, else_env, names[1])):
+        params = tuple(env.captures[key][0] if key in env.captures else GraphVar(f"unused{i}", e.ty)
+                       for i, (key, e) in enumerate(outer.items()))
+        ctx.functions[fname] = Function(params, func.blocks, func.body, func.attrs)
+    args = list(outer.values())
+    for a in args + [cond]:
+        if isinstance(a, GraphVar):
+            ctx.used.add(a)
+    ty = then_outs[0].ty if len(then_outs) == 1 else TupleType(tuple(o.ty for o in then_outs))
+    var = ctx.fb.emit(call_if(cond, names[0], names[1], args, ty))
+    if len(then_outs) == 1:
+        return var
+    return [ctx.fb.emit(TupleGetItem(var, i)) for i in range(len(then_outs))]
+
