@@ -1,9 +1,6 @@
 """End-to-end: whole models exported from PyTorch to ONNX (opset 17, seeded random weights)
 and real models shipped in PyPI packages, imported with ``kiln.frontend.from_onnx``, compiled
-with the "default" pipeline and compared with onnxruntime in the same process.
-
-A model that needs an operator the importer does not support yet is skipped, and the skip
-reason names the operator (``onnx_e2e.import_or_skip``)."""
+with the "default" pipeline and compared with onnxruntime in the same process."""
 from __future__ import annotations
 
 import importlib.util
