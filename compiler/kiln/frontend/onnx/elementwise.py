@@ -384,15 +384,16 @@ def hardmax(ctx, node, ins, attrs):
     return ctx.op("cast", ctx.op("equal", am, ctx.const(iota)), dtype=dtype(x))
 
 
-@converter("CumSum")
-def cumsum(ctx, node, ins, attrs):
+def _scan(ctx, ins, attrs):
+    """What CumSum and CumProd share: ``x`` with the scanned axis moved last (``t``), the
+    permutation that did it, and the mask ``m[i, j]``: input position i contributes to output
+    position j (``exclusive`` leaves out j itself, ``reverse`` scans from the end)."""
     x = ins[0]
     n = ndim(x)
     axis = norm_axis(int(np.asarray(ctx.need_value(ins[1], "axis")).reshape(-1)[0]), n)
     d = static_shape(x)[axis]
     i = np.arange(d)[:, None]
     j = np.arange(d)[None, :]
-    # out[..., j] = sum_i x[..., i] * M[i, j]
     excl, rev = attrs.get("exclusive", 0), attrs.get("reverse", 0)
     if rev:
         m = (i > j) if excl else (i >= j)
@@ -400,38 +401,36 @@ def cumsum(ctx, node, ins, attrs):
         m = (i < j) if excl else (i <= j)
     perm = [k for k in range(n) if k != axis] + [axis]
     t = ctx.op("permute_dims", x, axes=tuple(perm)) if axis != n - 1 else x
+    return x, t, m, perm
+
+
+def _unscan(ctx, y, perm):
+    if perm != sorted(perm):
+        y = ctx.op("permute_dims", y, axes=tuple(int(a) for a in np.argsort(perm)))
+    return y
+
+
+@converter("CumSum")
+def cumsum(ctx, node, ins, attrs):
+    """``out[..., j] = sum_i x[..., i] * M[i, j]``: a matmul with the triangular mask."""
+    x, t, m, perm = _scan(ctx, ins, attrs)
     if dt.is_float(dtype(x)):
         y = ctx.op("matmul", t, ctx.const(m.astype(dt.to_numpy(dtype(x)))))
     else:
         y = ctx.op("matmul", ctx.op("cast", t, dtype="float64"), ctx.const(m.astype(np.float64)))
         y = ctx.op("cast", y, dtype=dtype(x))
-    if axis != n - 1:
-        y = ctx.op("permute_dims", y, axes=tuple(int(a) for a in np.argsort(perm)))
-    return y
+    return _unscan(ctx, y, perm)
 
 
 @converter("CumProd")
 def cumprod(ctx, node, ins, attrs):
-    """The running product along ``axis``: ``out[..., j] = prod_i where(M[j, i], x[..., i], 1)``
-    with the triangular mask M of CumSum (O(n^2) work along the axis, fine for short axes)."""
-    x = ins[0]
+    """The running product along ``axis``: ``out[..., j] = prod_i where(M[i, j], x[..., i], 1)``
+    with the mask of CumSum (O(n^2) work along the axis, fine for short axes)."""
+    x, t, m, perm = _scan(ctx, ins, attrs)
     n = ndim(x)
-    axis = norm_axis(int(np.asarray(ctx.need_value(ins[1], "axis")).reshape(-1)[0]), n)
-    d = static_shape(x)[axis]
-    j = np.arange(d)[:, None]       # output position
-    i = np.arange(d)[None, :]       # input position
-    excl, rev = attrs.get("exclusive", 0), attrs.get("reverse", 0)
-    if rev:
-        m = (i > j) if excl else (i >= j)
-    else:
-        m = (i < j) if excl else (i <= j)
-    perm = [k for k in range(n) if k != axis] + [axis]
-    t = ctx.op("permute_dims", x, axes=tuple(perm)) if axis != n - 1 else x
     t = ctx.op("expand_dims", t, axis=n - 1)                     # (..., 1, d): broadcast over j
-    y = ctx.op("prod", ctx.op("where", ctx.const(m), t, scalar_like(ctx, 1, x)), axis=n)
-    if axis != n - 1:
-        y = ctx.op("permute_dims", y, axes=tuple(int(a) for a in np.argsort(perm)))
-    return y
+    y = ctx.op("prod", ctx.op("where", ctx.const(m.T), t, scalar_like(ctx, 1, x)), axis=n)
+    return _unscan(ctx, y, perm)
 
 
 @converter("OneHot")
