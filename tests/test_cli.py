@@ -51,8 +51,6 @@ def compiled(tmp_path_factory):
     model = small_cnn(d / "model.onnx")
     lib = d / "model.so"
     proc = kiln_cli("compile", model, "-o", lib, "--shape", "x=2,3,8,8")
-    if proc.returncode != 0 and "is not supported" in proc.stderr:
-        pytest.skip(f"the ONNX importer does not support the test model yet: {proc.stderr.strip()}")
     assert proc.returncode == 0, proc.stderr
     return model, lib, proc
 
@@ -122,8 +120,6 @@ def test_run_errors_name_the_input(compiled, tmp_path):
 def test_symbolic_batch_compiles_and_runs_with_shape(tmp_path):
     lib = tmp_path / "sym.so"
     proc = kiln_cli("compile", small_cnn(tmp_path / "sym.onnx"), "-o", lib, "-q")
-    if proc.returncode != 0 and "is not supported" in proc.stderr:
-        pytest.skip(f"the ONNX importer does not support the test model yet: {proc.stderr.strip()}")
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
     assert "input 0: x  float32(N, 3, 8, 8)" in kiln_cli("inspect", lib).stdout
     proc = kiln_cli("run", lib, "--random")

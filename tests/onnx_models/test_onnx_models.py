@@ -119,7 +119,7 @@ def _stream_against_ort(model, vm, params, chunk: int, srs):
         if sr is not None:
             feed["sr"] = np.array(sr, np.int64)
         want = sess.run(None, feed)
-        kfeed = {"input": x, "state": state_k, "sr": np.array(sr if sr else 0, np.int64)}
+        kfeed = dict(feed, state=state_k)
         got = run_kiln(vm, {k: kfeed[k] for k in params})
         for k, (g, w) in enumerate(zip(got, want)):
             assert g.shape == w.shape, f"chunk {i}, output {k}"

@@ -12,29 +12,7 @@
 
 void kiln_testing_fail_allocations_after(int64_t count); /* KILN_FAULT_INJECTION builds */
 
-static int g_failures;
-
-#define CHECK(cond)                                                       \
-  do {                                                                    \
-    if (!(cond)) {                                                        \
-      fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #cond); \
-      ++g_failures;                                                       \
-    }                                                                     \
-  } while (0)
-
-/* Checks that `call` fails with `status` and that the message contains `text`. */
-#define CHECK_ERROR(call, status, text)                                            \
-  do {                                                                             \
-    kiln_status_t st_ = (call);                                                    \
-    if (st_ != (status) || !strstr(kiln_last_error(), (text))) {                   \
-      fprintf(stderr, "%s:%d: %s gave status 0x%x '%s'; expected 0x%x containing '%s'\n", \
-              __FILE__, __LINE__, #call, (unsigned)st_, kiln_last_error(),         \
-              (unsigned)(status), (text));                                         \
-      ++g_failures;                                                                \
-    }                                                                              \
-  } while (0)
-
-#define CHECK_OK(call) CHECK_ERROR(call, KILN_OK, "")
+#include "check.h"
 
 static const DLDevice kCPU = {kDLCPU, 0};
 static const DLDataType kF32 = {kDLFloat, 32, 1};

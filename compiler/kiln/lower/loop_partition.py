@@ -122,37 +122,23 @@ def _partition(loop: For, sizes: List[Var]) -> Optional[Stmt]:
 
 
 def partition_loops(func):
-    """Partition every loop with qualifying guards (see the module docstring); outer loops
-    first, so a tile loop splits before the loops inside it are looked at."""
+    """Partition every loop with qualifying guards (see the module docstring). Outer loops
+    first: the guard ``i_0 * 4 + i_1 < n`` also steps with the unrolled ``i_1``, and splitting
+    that loop instead of the tile loop ``i_0`` would leave a guard in every tile."""
     sizes = []
     for p in func.params:
         for d in getattr(p, "shape", ()):
             sizes += [x for x in collect(d, Var) if x not in sizes]
 
-    def visit(s):
-        if isinstance(s, For):
-            part = _partition(s, sizes)
-            if part is not None:
-                if isinstance(part, SeqStmt):
-                    head, tail = part.seq
-                    return SeqStmt((_inner(head), tail))
-                return _inner(part)
-            return For(s.loop_var, s.min, s.extent, s.kind, visit(s.body), s.thread_binding, s.annotations)
-        if isinstance(s, SeqStmt):
-            return SeqStmt(tuple(visit(x) for x in s.seq))
-        if isinstance(s, BlockRealize):
-            b = s.block
-            from ..ir import Block
-            return BlockRealize(s.iter_values, s.predicate,
-                                Block(b.name_hint, b.iter_vars, b.reads, b.writes, visit(b.body), b.init,
-                                      b.alloc_buffers, b.annotations))
-        if isinstance(s, IfThenElse):
-            return IfThenElse(s.condition, visit(s.then_case),
-                              visit(s.else_case) if s.else_case is not None else None)
-        return s
+    def pre(n):
+        part = _partition(n, sizes) if isinstance(n, For) else None
+        if part is None:
+            return None     # descend as usual
+        head = part.seq[0] if isinstance(part, SeqStmt) else part
+        head = For(head.loop_var, head.min, head.extent, head.kind, run(head.body), head.thread_binding,
+                   head.annotations)
+        return SeqStmt((head, part.seq[1])) if isinstance(part, SeqStmt) else head
 
-    def _inner(loop: For) -> For:
-        return For(loop.loop_var, loop.min, loop.extent, loop.kind, visit(loop.body), loop.thread_binding,
-                   loop.annotations)
-
-    return func.with_body(visit(func.body))
+    def run(stmt):
+        return transform(stmt, lambda n: None, pre=pre)
+    return func.with_body(run(func.body))

@@ -17,6 +17,7 @@ from typing import Dict, List, Tuple
 
 from ...ir.graph import (Constant, Function, GraphExpr, GraphVar, TensorType, Tuple as GraphTuple,
                          TupleGetItem, TupleType, call_if)
+from ...ir.analysis import expr_equal
 from ...ir.graph_builder import FunctionBuilder
 from ...transform.graph_util import use_counts
 from .common import Ctx, ONNXImportError, Unsupported, converter, fmt_shape
@@ -125,7 +126,7 @@ def _same_types(node, then_outs, else_outs):
         if not (isinstance(ta, TensorType) and isinstance(tb, TensorType)):
             raise Unsupported(f"output {k} is not a tensor in both branches")
         same_shape = ta.shape is not None and tb.shape is not None and len(ta.shape) == len(tb.shape) and \
-            all(str(x) == str(y) for x, y in zip(ta.shape, tb.shape))
+            all(expr_equal(x, y) for x, y in zip(ta.shape, tb.shape))
         if ta.dtype != tb.dtype or not same_shape:
             raise Unsupported(
                 f"the condition {node.input[0]!r} is only known at run time, and output {k} differs between "
