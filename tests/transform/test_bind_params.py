@@ -7,7 +7,7 @@ from kiln.ir import Var, assert_structural_equal
 from kiln.script import R
 from kiln.transform import BindParamsError, bind_params
 
-from transform_helpers import graph_module, reference, run_vm, typed
+from transform_helpers import AVX2, AVX2_CTX, graph_module, reference, run_vm, typed
 
 
 @kiln.script.ir_module
@@ -44,7 +44,7 @@ def test_pure_and_runs():
     bound = bind_params("main", {"w": W})(Before)
     assert Before.script() == before_text            # the input module is unchanged
     x = np.array([3.0, 4.0], "float32")
-    np.testing.assert_allclose(run_vm(kiln.get_pipeline("zero")(bound), [x]), x * W + W)
+    np.testing.assert_allclose(run_vm(kiln.get_pipeline("zero", AVX2_CTX)(bound), [x]), x * W + W)
 
 
 def test_accepts_ndarray():

@@ -13,7 +13,7 @@ from kiln.transform.block_iter import BlockIterError, fuse_block_iter, split_blo
 from kiln.transform.conv_blocked import conv_tile, pixel_tile, tile_plan
 from kiln.transform.layout import pack_array
 
-from transform_helpers import attr, check_same_results, graph_module, kernels, reference, run_vm, typed
+from transform_helpers import AVX2, AVX2_CTX, attr, check_same_results, graph_module, kernels, reference, run_vm, typed
 
 
 def _conv_model(x_shape, w_shape, seed=0, **attrs):
@@ -27,7 +27,7 @@ def _conv_model(x_shape, w_shape, seed=0, **attrs):
 
 def _compile_and_check(mod, x_shape, ctx=None):
     """The "default" pipeline, compiled and run against the numpy references at 1e-4."""
-    out = kiln.get_pipeline("default", ctx)(mod)
+    out = kiln.get_pipeline("default", ctx, target=AVX2)(mod)
     args = [np.random.default_rng(7).standard_normal(x_shape).astype("float32")]
     (name,) = kernels(out)
     np.testing.assert_allclose(run_vm(out, args), reference(mod, args), rtol=1e-4, atol=1e-4)
@@ -107,7 +107,7 @@ def test_epilogues_fold_into_the_write_back(epilogue):
 
 def test_weight_is_packed_ohwi_by_channel_blocks():
     mod = _conv_model((1, 16, 12, 12), (32, 16, 3, 3), padding=(1, 1))
-    out = kiln.get_pipeline("default")(mod)
+    out = kiln.get_pipeline("default", AVX2_CTX)(mod)
     (name,) = kernels(out)
     shapes = [tuple(int(d.value) for d in p.shape) for p in out[name].params]
     assert (2, 3, 3, 16, 16) in shapes, shapes         # [O/16, KH, KW, I, 16]
@@ -115,7 +115,7 @@ def test_weight_is_packed_ohwi_by_channel_blocks():
 
 def test_conv_blocking_can_be_turned_off():
     mod = _conv_model((1, 16, 12, 12), (32, 16, 3, 3), padding=(1, 1))
-    out, name = _compile_and_check(mod, (1, 16, 12, 12), ctx=PassContext(conv_blocking=False))
+    out, name = _compile_and_check(mod, (1, 16, 12, 12), ctx=PassContext(target=AVX2, conv_blocking=False))
     assert attr(out[name], "kiln.schedule").startswith("conv: "), attr(out[name], "kiln.schedule")
 
 
@@ -123,7 +123,7 @@ def test_runtime_weight_keeps_nchw():
     """A weight passed at run time cannot be packed at compile time: NCHW schedule."""
     mod = graph_module([typed("x", (1, 8, 6, 6)), typed("w", (16, 8, 3, 3))],
                        lambda emit, x, w: ops.call("conv2d", x, w, padding=(1, 1)))
-    out = kiln.get_pipeline("default")(mod)
+    out = kiln.get_pipeline("default", AVX2_CTX)(mod)
     (name,) = kernels(out)
     assert attr(out[name], "kiln.schedule").startswith("conv: ")
     rng = np.random.default_rng(0)
@@ -142,20 +142,20 @@ def test_runtime_weight_keeps_nchw():
     (12, 8, None),
 ])
 def test_conv_tile(channels, size, want):
-    assert conv_tile(channels, size, size) == want
+    assert conv_tile(channels, size, size, AVX2_CTX.resolved()) == want
 
 
 def test_flat_tiles_only_where_rows_are_short():
     # a 1-row image is one run either way; a wide image keeps its rows
-    assert tile_plan(16, 1, 7)[:2] == (4, False)
-    assert tile_plan(16, 7, 112)[:2] == (6, False)
-    assert tile_plan(16, 14, 14)[:2] == (6, True)
+    assert tile_plan(16, 1, 7, AVX2_CTX.resolved())[:2] == (4, False)
+    assert tile_plan(16, 7, 112, AVX2_CTX.resolved())[:2] == (6, False)
+    assert tile_plan(16, 14, 14, AVX2_CTX.resolved())[:2] == (6, True)
 
 
 def test_pixel_tile_fits_the_budget():
-    assert pixel_tile(56, 16) == 6 and pixel_tile(56, 8) == 12 and pixel_tile(7, 16) == 4
-    assert pixel_tile(None, 16) == 1 and pixel_tile(30, 16, budget=8) == 4
-    assert pixel_tile(2, 16) == 2                  # never wider than the row
+    assert pixel_tile(56, 16, AVX2_CTX.resolved()) == 6 and pixel_tile(56, 8, AVX2_CTX.resolved()) == 12 and pixel_tile(7, 16, AVX2_CTX.resolved()) == 4
+    assert pixel_tile(None, 16, AVX2_CTX.resolved()) == 1 and pixel_tile(30, 16, AVX2_CTX.resolved(), budget=8) == 4
+    assert pixel_tile(2, 16, AVX2_CTX.resolved()) == 2                  # never wider than the row
 
 
 def test_guarded_last_tile_is_peeled_off():
@@ -163,7 +163,7 @@ def test_guarded_last_tile_is_peeled_off():
     from kiln.lower import lower_prim_func
     from kiln.ir import IfThenElse, collect
     mod = _conv_model((1, 16, 56, 56), (16, 16, 3, 3), padding=(1, 1))
-    out = kiln.get_pipeline("default")(mod)
+    out = kiln.get_pipeline("default", AVX2_CTX)(mod)
     (name,) = kernels(out)
     assert attr(out[name], "kiln.schedule").startswith("conv nchwc: tile 6x16")
     text = lower_prim_func(out[name]).script()
@@ -177,7 +177,7 @@ def test_flat_last_tile_is_peeled_off():
     """14 x 14 = 32 x 6 + 4: one run of pixels, 32 tiles without guards and one guarded."""
     from kiln.lower import lower_prim_func
     mod = _conv_model((1, 16, 14, 14), (64, 16, 3, 3), padding=(1, 1))
-    out = kiln.get_pipeline("default")(mod)
+    out = kiln.get_pipeline("default", AVX2_CTX)(mod)
     (name,) = kernels(out)
     assert attr(out[name], "kiln.schedule").startswith("conv nchwc: tile 6x16 flat")
     text = lower_prim_func(out[name]).script()

@@ -11,7 +11,7 @@ from kiln.script import T
 from kiln.transform import PassContext, default_schedule, fold_constant, fuse_ops, legalize
 from kiln.transform.default_schedule import needs_schedule, schedule_kernel
 
-from transform_helpers import attr, check_same_results, graph_module, kernels, typed
+from transform_helpers import AVX2, AVX2_CTX, attr, check_same_results, graph_module, kernels, typed
 from transform_models import conv_bn_relu, transformer_block
 
 
@@ -36,7 +36,7 @@ class Expected:
     @T.prim_func
     def fused_exp_add(x: T.Buffer((64, 256), "float32"), y: T.Buffer((256,), "float32"),
                       add: T.Buffer((64, 256), "float32")):
-        T.func_attr({"kiln.schedule": "elementwise: vectorize 256, parallel"})
+        T.func_attr({"kiln.schedule": "elementwise: vectorize 256, parallel", "kiln.scheduled_for": "x86_64 v256x16 fma2x4"})
         for i0 in T.parallel(64):
             for i1 in T.vectorized(256):
                 with T.block("add"):
@@ -45,7 +45,7 @@ class Expected:
 
 
 def test_elementwise_before_expected():
-    assert_structural_equal(default_schedule()(Before), Expected)
+    assert_structural_equal(default_schedule(AVX2_CTX)(Before), Expected)
 
 
 def _single(op, arg_shapes, attrs=None, fuse=False, dtype="float32"):
@@ -95,8 +95,8 @@ def test_each_kind_keeps_results(op, shapes, attrs, kind):
         mod = graph_module([x, idx], lambda emit, x, i: ops.call("take", x, i, axis=0))
     else:
         mod = _single(op, shapes, attrs)
-    legal = legalize()(mod)
-    scheduled = default_schedule()(legal)
+    legal = legalize(AVX2_CTX)(mod)
+    scheduled = default_schedule(AVX2_CTX)(legal)
     for name in kernels(legal):
         desc = attr(scheduled[name], "kiln.schedule")
         assert desc and not desc.startswith("none"), desc
@@ -113,7 +113,7 @@ def test_take_through_the_graph():
     mod = graph_module([x, idx], lambda emit, x, i: ops.call("take", x, i, axis=0))
     xs = np.arange(160, dtype="float32").reshape(10, 16)
     ids = np.array([3, 0, 9, 3, 1], "int32")
-    scheduled = default_schedule()(legalize()(mod))
+    scheduled = default_schedule(AVX2_CTX)(legalize(AVX2_CTX)(mod))
     (name,) = kernels(scheduled)
     rt = kiln.build(kiln.IRModule({"main": scheduled[name]}))
     out = kiln.nd.empty((5, 16), "float32")
@@ -123,8 +123,8 @@ def test_take_through_the_graph():
 
 def test_fused_kernels_keep_results():
     mod = conv_bn_relu(as_scale_shift=True)
-    fused = fuse_ops()(mod)
-    scheduled = default_schedule()(fused)
+    fused = fuse_ops(AVX2_CTX)(mod)
+    scheduled = default_schedule(AVX2_CTX)(fused)
     (name,) = kernels(fused)
     desc = attr(scheduled[name], "kiln.schedule")
     assert desc.startswith("conv: tile 4x16, epilogue inlined"), desc
@@ -132,8 +132,8 @@ def test_fused_kernels_keep_results():
 
 
 def test_transformer_kernels_keep_results():
-    fused = legalize()(fuse_ops()(transformer_block()))
-    scheduled = default_schedule()(fused)
+    fused = legalize(AVX2_CTX)(fuse_ops(AVX2_CTX)(transformer_block()))
+    scheduled = default_schedule(AVX2_CTX)(fused)
     descs = {}
     for name in kernels(fused):
         descs[name] = attr(scheduled[name], "kiln.schedule")
@@ -147,7 +147,7 @@ def test_constant_weight_kernel_reads_the_packed_panels():
     w = np.random.default_rng(0).standard_normal((64, 32)).astype("float32")
     mod = graph_module([typed("x", (32, 32))], lambda emit, x: ops.call(
         "relu", emit("linear", x, Constant(w))))
-    out = default_schedule()(fold_constant()(fuse_ops()(mod)))
+    out = default_schedule(AVX2_CTX)(fold_constant(AVX2_CTX)(fuse_ops(AVX2_CTX)(mod)))
     (name,) = kernels(out)
     desc = attr(out[name], "kiln.schedule")
     assert desc == "matmul: tile 4x16, epilogue inlined, packed weight", desc
@@ -156,14 +156,14 @@ def test_constant_weight_kernel_reads_the_packed_panels():
 
 
 def test_scheduled_kernels_are_left_alone():
-    legal = legalize()(_single("add", [(4, 64), (64,)]))
-    once = default_schedule()(legal)
-    assert default_schedule()(once)["add"] is once["add"]
+    legal = legalize(AVX2_CTX)(_single("add", [(4, 64), (64,)]))
+    once = default_schedule(AVX2_CTX)(legal)
+    assert default_schedule(AVX2_CTX)(once)["add"] is once["add"]
     # a hand-scheduled kernel (a parallel loop) without the attribute is kept too
     sch = kiln.Schedule(legal, "add")
     sch.parallel(sch.get_loops(sch.get_block("add"))[0])
     assert not needs_schedule(sch.mod["add"])
-    assert default_schedule()(sch.mod)["add"] is sch.mod["add"]
+    assert default_schedule(AVX2_CTX)(sch.mod)["add"] is sch.mod["add"]
 
 
 def test_a_kernel_no_rule_fits_is_marked():
@@ -173,13 +173,13 @@ def test_a_kernel_no_rule_fits_is_marked():
             with T.block("B"):
                 vi = T.axis.spatial(4, i)
                 B[vi] = A[vi] + 1.0
-    out = schedule_kernel(odd)
+    out = schedule_kernel(odd, AVX2_CTX)
     assert attr(out, "kiln.schedule").startswith("elementwise")
     check_same_results(odd, out)
 
 
 def test_options():
-    ctx = PassContext(pack_lanes=8, tile_accumulators=2)
+    ctx = PassContext(target=AVX2, pack_lanes=8, tile_accumulators=2)
     legal = legalize(ctx)(_single("matmul", [(32, 64), (64, 48)]))
     out = default_schedule(ctx)(legal)
     desc = attr(out["matmul"], "kiln.schedule")
@@ -194,7 +194,7 @@ def test_constant_conv_weight_is_packed_by_output_channel_blocks():
     mod = graph_module([typed("x", (1, 16, 28, 28))], lambda emit, x: ops.call(
         "relu", emit("conv2d", x, Constant(w), padding=(1, 1))))
     # The NCHW schedule (the channel-blocked one is tested in test_conv_blocked.py).
-    out = kiln.get_pipeline("default", PassContext(conv_blocking=False))(mod)
+    out = kiln.get_pipeline("default", PassContext(target=AVX2, conv_blocking=False))(mod)
     (name,) = kernels(out)
     desc = attr(out[name], "kiln.schedule")
     # width 28 -> 14-lane vectors, 4 rows of output channels; the weight as [O/4, I, 3, 3, 4]
@@ -211,7 +211,7 @@ def test_constant_matmul_weight_is_packed_into_panels():
     b = rng.standard_normal((24, 40)).astype("float32")
     mod = graph_module([typed("a", (2, 12, 24))],
                        lambda emit, a: ops.call("matmul", a, Constant(b)))
-    out = kiln.get_pipeline("default")(mod)
+    out = kiln.get_pipeline("default", AVX2_CTX)(mod)
     (name,) = kernels(out)
     assert tuple(int(s.value) for s in out[name].params[1].shape) == (5, 24, 8)
     assert "packed weight" in attr(out[name], "kiln.schedule")

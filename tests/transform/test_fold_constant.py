@@ -9,7 +9,7 @@ from kiln.ir.graph import Constant
 from kiln.script import R, T
 from kiln.transform import PassContext, fold_constant, legalize
 
-from transform_helpers import graph_module, kernels, typed
+from transform_helpers import AVX2, AVX2_CTX, graph_module, kernels, typed
 
 
 @kiln.script.ir_module
@@ -35,7 +35,7 @@ class Expected:
 
 
 def test_operator_chain_folds():
-    assert_structural_equal(fold_constant()(Before), Expected)
+    assert_structural_equal(fold_constant(AVX2_CTX)(Before), Expected)
 
 
 @kiln.script.ir_module
@@ -77,7 +77,7 @@ class ExpectedTir:
 
 @pytest.mark.parametrize("backend", ["evaluator", "build"])
 def test_call_tir_on_constants_folds(backend):
-    after = fold_constant(PassContext(fold_backend=backend))(BeforeTir)
+    after = fold_constant(PassContext(target=AVX2, fold_backend=backend))(BeforeTir)
     assert_structural_equal(after, ExpectedTir)
 
 
@@ -85,24 +85,24 @@ def test_unused_prim_funcs_are_removed():
     x = typed("x", (2,))
     mod = graph_module([x], lambda emit, x: ops.call(
         "add", x, emit("exp", Constant(np.zeros(2, "float32")))))
-    legal = legalize()(mod)
+    legal = legalize(AVX2_CTX)(mod)
     assert kernels(legal) == ["exp", "add"]
-    folded = fold_constant()(legal)
+    folded = fold_constant(AVX2_CTX)(legal)
     assert sorted(k for k in folded.functions if k != "main") == ["add"]
 
 
 def test_nothing_to_fold_returns_the_same_module():
     x = typed("x", (2,))
     mod = graph_module([x], lambda emit, x: ops.call("relu", x))
-    assert fold_constant()(mod) is mod
+    assert fold_constant(AVX2_CTX)(mod) is mod
 
 
 def test_size_limit():
     big = Constant(np.ones((64,), "float32"))
     mod = graph_module([typed("x", (64,))], lambda emit, x: ops.call("add", x, emit("exp", big)))
-    kept = fold_constant(PassContext(fold_max_elements=32))(mod)
+    kept = fold_constant(PassContext(target=AVX2, fold_max_elements=32))(mod)
     assert [b.value.op for b in kept["main"].bindings()] == ["exp", "add"]
-    folded = fold_constant(PassContext(fold_max_elements=64))(mod)
+    folded = fold_constant(PassContext(target=AVX2, fold_max_elements=64))(mod)
     assert [b.value.op for b in folded["main"].bindings()] == ["add"]
 
 
@@ -117,7 +117,7 @@ def test_tuple_results_and_items_fold():
         first = fb.emit(TupleGetItem(parts, 0))
         gv = fb.emit_output(ops.call("add", x, first))
     mod = IRModule({"main": fb.finish(gv)})
-    after = fold_constant()(mod)
+    after = fold_constant(AVX2_CTX)(mod)
     (b,) = list(after["main"].bindings())
     np.testing.assert_array_equal(b.value.args[1].data, [0, 1, 2])
 
@@ -130,7 +130,7 @@ def test_call_dps_packed_is_never_folded():
         gv = fb.emit_output(call_dps_packed("env.relu", (Constant(np.ones(2, "float32")),),
                                             TensorType((2,), "float32")))
     mod = IRModule({"main": fb.finish(gv)})
-    assert fold_constant()(mod) is mod
+    assert fold_constant(AVX2_CTX)(mod) is mod
 
 
 @pytest.mark.parametrize("op,shape", [("linear", (40, 8)), ("linear", (32, 8)),
@@ -141,7 +141,7 @@ def test_pack_kernels_fold_with_numpy_exactly_as_the_evaluator(op, shape):
     w = np.random.default_rng(0).standard_normal(shape).astype("float32")
     x_shape = {"linear": (16, 8), "matmul": (16, 8), "conv2d": (1, 3, 8, 8)}[op]
     mod = graph_module([typed("x", x_shape)], lambda emit, x: ops.call(op, x, Constant(w)))
-    legal = legalize()(mod)
+    legal = legalize(AVX2_CTX)(mod)
     (pack_name,) = [k for k in kernels(legal) if k.startswith("pack_")]
     pack = legal[pack_name]
     out_shape = tuple(int(s.value) for s in pack.params[1].shape)

@@ -9,7 +9,7 @@ from kiln.script import R, T
 from kiln.transform import bind_params, default_schedule, fuse_ops, legalize
 from kiln.transform.fuse_ops import find_groups
 
-from transform_helpers import (graph_module, inputs_for, kernel_calls, kernels, reference,
+from transform_helpers import (AVX2, AVX2_CTX, graph_module, inputs_for, kernel_calls, kernels, reference,
                                run_vm, typed)
 from transform_models import conv_bn_relu, mlp, transformer_block
 
@@ -67,7 +67,7 @@ class Expected:
 
 def test_before_expected():
     # One te graph: the linear's and the add's results are scratch buffers of one program.
-    assert_structural_equal(fuse_ops()(Before), Expected)
+    assert_structural_equal(fuse_ops(AVX2_CTX)(Before), Expected)
 
 
 def _check_numerics(mod, fused, args=None):
@@ -75,13 +75,13 @@ def _check_numerics(mod, fused, args=None):
     original does."""
     args = inputs_for(mod) if args is None else args
     want = reference(mod, args)
-    for compiled in (legalize()(fused), default_schedule()(legalize()(fused))):
+    for compiled in (legalize(AVX2_CTX)(fused), default_schedule(AVX2_CTX)(legalize(AVX2_CTX)(fused))):
         np.testing.assert_allclose(run_vm(compiled, args), want, rtol=2e-5, atol=2e-5)
 
 
 def test_mlp_is_two_kernels():
     mod = mlp()
-    fused = fuse_ops()(mod)
+    fused = fuse_ops(AVX2_CTX)(mod)
     assert kernels(fused) == ["fused_linear_add_relu", "fused_linear_add"]
     _check_numerics(mod, fused)
 
@@ -89,7 +89,7 @@ def test_mlp_is_two_kernels():
 @pytest.mark.parametrize("as_scale_shift", [False, True])
 def test_conv_bn_relu_is_one_kernel(as_scale_shift):
     mod = conv_bn_relu(as_scale_shift=as_scale_shift)
-    fused = fuse_ops()(mod)
+    fused = fuse_ops(AVX2_CTX)(mod)
     assert kernel_calls(fused) == 1
     args = inputs_for(mod)
     if not as_scale_shift:
@@ -99,11 +99,11 @@ def test_conv_bn_relu_is_one_kernel(as_scale_shift):
 
 def test_transformer_block_kernel_count():
     mod = transformer_block()
-    fused = legalize()(fuse_ops()(mod))
+    fused = legalize(AVX2_CTX)(fuse_ops(AVX2_CTX)(mod))
     # layer_norm, 3 x (linear+add, reshape+permute), matmul*scale, softmax, matmul,
     # permute+reshape, linear+add+residual, layer_norm, linear+add+gelu, linear+add+residual
     assert kernel_calls(fused) == 15
-    assert kernel_calls(legalize()(mod)) == 29
+    assert kernel_calls(legalize(AVX2_CTX)(mod)) == 29
     args = inputs_for(mod)
     np.testing.assert_allclose(run_vm(fused, args), reference(mod, args), rtol=1e-4, atol=1e-4)
 
@@ -113,12 +113,12 @@ def test_value_used_twice_is_not_fused_into_one_consumer():
     mod = graph_module([x], lambda emit, x: ops.call(
         "add", emit("exp", emit("relu", x)), emit("relu", x)))
     # relu(x) twice: two separate values; each used once -> everything fuses
-    assert kernel_calls(fuse_ops()(mod)) == 1
+    assert kernel_calls(fuse_ops(AVX2_CTX)(mod)) == 1
     mod2 = graph_module([x], lambda emit, x: ops.call(
         "add", emit("exp", (r := emit("relu", x))), r))
     groups = [[b.value.op for b in g] for g in find_groups(mod2["main"])]
     assert groups == [["relu"], ["exp", "add"]]
-    _check_numerics(mod2, fuse_ops()(mod2))
+    _check_numerics(mod2, fuse_ops(AVX2_CTX)(mod2))
 
 
 def test_reduce_takes_elementwise_producers_and_consumers():
@@ -127,7 +127,7 @@ def test_reduce_takes_elementwise_producers_and_consumers():
         "sqrt", emit("sum", emit("exp", x), axis=1)))
     groups = [[b.value.op for b in g] for g in find_groups(mod["main"])]
     assert groups == [["exp", "sum", "sqrt"]]
-    _check_numerics(mod, fuse_ops()(mod))
+    _check_numerics(mod, fuse_ops(AVX2_CTX)(mod))
 
 
 def test_two_anchors_never_share_a_kernel():
@@ -140,7 +140,7 @@ def test_two_anchors_never_share_a_kernel():
         "add", emit("matmul", a, b), emit("matmul", a, c)))
     groups = [[b.value.op for b in g] for g in find_groups(mod2["main"])]
     assert groups == [["matmul"], ["matmul", "add"]]
-    _check_numerics(mod2, fuse_ops()(mod2))
+    _check_numerics(mod2, fuse_ops(AVX2_CTX)(mod2))
 
 
 def test_injective_chains_fuse_but_not_into_anchors():
@@ -149,7 +149,7 @@ def test_injective_chains_fuse_but_not_into_anchors():
         "matmul", emit("reshape", emit("permute_dims", x, axes=(1, 0, 2)), shape=(6, 8)), w))
     groups = [[b.value.op for b in g] for g in find_groups(mod["main"])]
     assert groups == [["permute_dims", "reshape"], ["matmul"]]
-    _check_numerics(mod, fuse_ops()(mod))
+    _check_numerics(mod, fuse_ops(AVX2_CTX)(mod))
 
 
 def test_broadcasting_epilogue_of_a_different_shape_is_not_fused():
@@ -163,11 +163,11 @@ def test_constant_weights_are_packed_once():
     mod = mlp()
     args = inputs_for(mod)
     bound = bind_params("main", {p.name: a for p, a in zip(mod["main"].params[1:], args[1:])})(mod)
-    fused = fuse_ops()(bound)
+    fused = fuse_ops(AVX2_CTX)(bound)
     # one pack kernel per weight shape, each called once on its constant
     assert kernels(fused) == ["pack_nk16", "fused_linear_add_relu", "pack_nk16_1",
                               "fused_linear_add"]
-    out = kiln.get_pipeline("default")(bound)
+    out = kiln.get_pipeline("default", AVX2_CTX)(bound)
     assert kernels(out) == ["fused_linear_add_relu", "fused_linear_add"]
     np.testing.assert_allclose(run_vm(out, args[:1]), reference(mod, args), rtol=2e-5, atol=2e-5)
 
@@ -192,4 +192,4 @@ def test_a_value_used_twice_by_one_consumer_still_fuses():
         "multiply", (t := emit("linear", x, w)), t))
     groups = [[b.value.op for b in g] for g in find_groups(mod["main"])]
     assert groups == [["linear", "multiply"]]
-    _check_numerics(mod, fuse_ops()(mod))
+    _check_numerics(mod, fuse_ops(AVX2_CTX)(mod))

@@ -8,7 +8,7 @@ from kiln.ir.graph import Constant
 from kiln.script import R, T
 from kiln.transform import PassContext, fold_constant, legalize
 
-from transform_helpers import (attr, graph_module, inputs_for, kernels, reference, run_vm,
+from transform_helpers import (AVX2, AVX2_CTX, attr, graph_module, inputs_for, kernels, reference, run_vm,
                                typed)
 
 
@@ -56,7 +56,7 @@ class Expected:
 
 
 def test_before_expected():
-    after = legalize()(Before)
+    after = legalize(AVX2_CTX)(Before)
     assert_structural_equal(after, Expected)
     kiln.script.assert_roundtrip(after)
 
@@ -65,7 +65,7 @@ def test_identical_calls_share_one_prim_func_and_names_stay_unique():
     x, y, z = typed("x", (2, 3)), typed("y", (2, 3)), typed("z", (4,))
     mod = graph_module([x, y, z], lambda emit, x, y, z: ops.call(
         "add", emit("sum", emit("add", emit("add", x, y), y)), emit("add", z, z)))
-    after = legalize()(mod)
+    after = legalize(AVX2_CTX)(mod)
     calls = [b.value.args[0].name for b in after["main"].bindings()]
     # add(x, y) and add(lv, y) share "add"; add(z, z) has other types: "add1"
     assert calls == ["add", "add", "sum", "add1", "add2"]
@@ -77,14 +77,14 @@ def test_numerics_through_the_vm():
     mod = graph_module([x, w, b], lambda emit, x, w, b: ops.call(
         "softmax", emit("add", emit("linear", x, w), b), axis=-1))
     args = inputs_for(mod)
-    np.testing.assert_allclose(run_vm(legalize()(mod), args), reference(mod, args),
+    np.testing.assert_allclose(run_vm(legalize(AVX2_CTX)(mod), args), reference(mod, args),
                                rtol=1e-5, atol=1e-6)
 
 
 def test_operator_with_a_tir_builder():
     x = typed("x", (2, 6))
     mod = graph_module([x], lambda emit, x: ops.call("topk", x, k=2))
-    after = legalize()(mod)
+    after = legalize(AVX2_CTX)(mod)
     (name,) = kernels(after)
     assert attr(after[name], "kiln.ops") == "topk"
     args = inputs_for(mod)
@@ -98,9 +98,9 @@ def test_constant_weight_gets_a_pack_kernel_that_folds():
     w = rng.standard_normal((32, 8)).astype("float32")
     x = typed("x", (4, 8))
     mod = graph_module([x], lambda emit, x: ops.call("linear", x, Constant(w)))
-    after = legalize()(mod)
+    after = legalize(AVX2_CTX)(mod)
     assert kernels(after) == ["pack_nk16", "linear"]
-    folded = fold_constant()(after)
+    folded = fold_constant(AVX2_CTX)(after)
     assert kernels(folded) == ["linear"]
     (call,) = [b.value for b in folded["main"].bindings()]
     packed = call.args[1].fields[1].data
@@ -114,7 +114,7 @@ def test_constant_weight_with_a_partial_panel_is_padded():
     w = rng.standard_normal((20, 8)).astype("float32")
     x = typed("x", (4, 8))
     mod = graph_module([x], lambda emit, x: ops.call("linear", x, Constant(w)))
-    folded = fold_constant()(legalize()(mod))
+    folded = fold_constant(AVX2_CTX)(legalize(AVX2_CTX)(mod))
     (call,) = [b.value for b in folded["main"].bindings()]
     packed = call.args[1].fields[1].data
     assert packed.shape == (2, 8, 16)
@@ -126,18 +126,18 @@ def test_constant_weight_with_a_partial_panel_is_padded():
 def test_prepacking_can_be_turned_off():
     w = np.ones((32, 8), "float32")
     mod = graph_module([typed("x", (4, 8))], lambda emit, x: ops.call("linear", x, Constant(w)))
-    after = legalize(PassContext(prepack_weights=False))(mod)
+    after = legalize(PassContext(target=AVX2, prepack_weights=False))(mod)
     assert kernels(after) == ["linear"]
 
 
 def test_pure():
     text = Before.script()
-    legalize()(Before)
+    legalize(AVX2_CTX)(Before)
     assert Before.script() == text
 
 
 def test_existing_prim_funcs_and_call_tir_are_kept():
-    after = legalize()(Expected)
+    after = legalize(AVX2_CTX)(Expected)
     assert_structural_equal(after, Expected)
 
 
@@ -146,7 +146,7 @@ def test_calls_in_the_returned_expression_are_legalized_too():
     x = typed("x", (2, 3))
     fb = FunctionBuilder([x])
     mod = IRModule({"main": fb.finish(kiln.ir.GraphTuple((ops.call("relu", x), x)))})
-    after = legalize()(mod)
+    after = legalize(AVX2_CTX)(mod)
     assert kernels(after) == ["relu"]
     xs = np.array([[-1, 2, -3], [4, -5, 6]], "float32")
     got = run_vm(after, [xs])

@@ -9,16 +9,16 @@ from kiln.script import R, T
 from kiln.transform import PassContext, Sequential, bind_params, get_pipeline, legalize
 from kiln.transform.well_formed import WellFormedError, check_well_formed
 
-from transform_helpers import inputs_for, kernel_calls, kernels, reference, run_vm
+from transform_helpers import AVX2, AVX2_CTX, inputs_for, kernel_calls, kernels, reference, run_vm
 from transform_models import conv_bn_relu, mlp, transformer_block
 
 
 def test_pipeline_contents():
-    assert get_pipeline("zero").names() == ["legalize", "default_schedule"]
-    assert get_pipeline("default").names() == [
+    assert get_pipeline("zero", AVX2_CTX).names() == ["legalize", "default_schedule"]
+    assert get_pipeline("default", AVX2_CTX).names() == [
         "fold_constant", "eliminate_common_subexpr", "dead_code_elimination", "fuse_ops",
         "legalize", "fold_constant", "dead_code_elimination", "default_schedule"]
-    assert kiln.get_pipeline("zero").names() == ["legalize", "default_schedule"]
+    assert kiln.get_pipeline("zero", AVX2_CTX).names() == ["legalize", "default_schedule"]
 
 
 def test_unknown_pipeline():
@@ -29,15 +29,15 @@ def test_unknown_pipeline():
 
 def test_pass_context_checks_its_options():
     with pytest.raises(ValueError, match="fold_backend"):
-        PassContext(fold_backend="gpu")
+        PassContext(target=AVX2, fold_backend="gpu")
     with pytest.raises(ValueError, match="vector_lanes"):
-        PassContext(vector_lanes=0)
-    assert PassContext().replace(tile_rows=2).tile_rows == 2
+        PassContext(target=AVX2, vector_lanes=0)
+    assert AVX2_CTX.replace(tile_rows=2).tile_rows == 2
 
 
 def test_sequential_skips_disabled_passes_and_verifies():
     mod = mlp()
-    seq = get_pipeline("default", PassContext(disabled_passes=("fuse_ops",), verify=True))
+    seq = get_pipeline("default", PassContext(target=AVX2, disabled_passes=("fuse_ops",), verify=True))
     out = seq(mod)
     assert kernel_calls(out) == 5   # nothing fused
     assert repr(Sequential([legalize()])) == "Sequential('sequential': legalize())"
@@ -45,11 +45,11 @@ def test_sequential_skips_disabled_passes_and_verifies():
 
 def test_passes_reject_non_modules():
     with pytest.raises(TypeError, match="pass legalize: expected an IRModule"):
-        legalize()(mlp()["main"])
+        legalize(AVX2_CTX)(mlp()["main"])
 
 
 def test_well_formed_names_the_problem():
-    mod = legalize()(mlp())
+    mod = legalize(AVX2_CTX)(mlp())
     check_well_formed(mod)
     func = mod["main"]
     broken = IRModule({**mod.functions, "main": Function(
@@ -82,7 +82,7 @@ def test_api_section_1_mlp(pipeline):
             return self.fc2(self.relu1(self.fc1(x)))
 
     mod, param_spec = MLP().export(spec={"forward": {"x": nn.spec.Tensor((1, 784), "float32")}})
-    compiled = kiln.get_pipeline(pipeline)(mod)
+    compiled = kiln.get_pipeline(pipeline, AVX2_CTX)(mod)
     assert kernel_calls(compiled, "forward") == (2 if pipeline == "default" else 5)
     rng = np.random.default_rng(0)
     x = rng.random((1, 784), dtype="float32")
@@ -123,7 +123,7 @@ def test_api_section_3_bound_params_and_extern():
     w0 = rng.standard_normal((128, 784)).astype("float32")
     b0 = rng.standard_normal(128).astype("float32")
     bound = bind_params("main", {"w0": w0, "b0": b0})(Net)
-    out = get_pipeline("default")(bound)
+    out = get_pipeline("default", AVX2_CTX)(bound)
     assert kernels(out) == ["linear0"]
     assert dict(out["linear0"].attrs)["kiln.schedule"].startswith("matmul")
     x = rng.standard_normal((1, 784)).astype("float32")
@@ -136,7 +136,7 @@ def test_transformer_block_default_pipeline_with_bound_weights():
     args = inputs_for(mod)
     names = [p.name for p in mod["main"].params]
     bound = bind_params("main", dict(zip(names[1:], args[1:])))(mod)
-    out = get_pipeline("default", PassContext(verify=True))(bound)
+    out = get_pipeline("default", PassContext(target=AVX2, verify=True))(bound)
     assert kernel_calls(out) == 15
     np.testing.assert_allclose(run_vm(out, args[:1]), reference(mod, args), rtol=1e-4, atol=1e-4)
 
@@ -147,7 +147,7 @@ def test_conv_bn_relu_default_pipeline_is_one_kernel():
     args[-1] = np.abs(args[-1]) + 0.5
     names = [p.name for p in mod["main"].params]
     bound = bind_params("main", dict(zip(names[1:], args[1:])))(mod)
-    out = get_pipeline("default")(bound)
+    out = get_pipeline("default", AVX2_CTX)(bound)
     assert kernel_calls(out) == 1
     (name,) = kernels(out)
     desc = dict(out[name].attrs)["kiln.schedule"]
@@ -161,5 +161,5 @@ def test_compiled_modules_print_and_parse_back():
     args = inputs_for(mod)
     names = [p.name for p in mod["main"].params]
     bound = bind_params("main", dict(zip(names[1:], args[1:])))(mod)
-    for out in (get_pipeline("zero")(mod), get_pipeline("default")(bound)):
+    for out in (get_pipeline("zero", AVX2_CTX)(mod), get_pipeline("default", AVX2_CTX)(bound)):
         kiln.script.assert_roundtrip(out)

@@ -10,12 +10,13 @@ from kiln.transform import PassContext, default_schedule, legalize
 from kiln.transform.layout import matmul_tile_rows
 from kiln.transform.schedule_row_reduce import row_reduce_lanes
 
-from transform_helpers import attr, graph_module, kernels, typed
+from transform_helpers import AVX2, AVX2_CTX, attr, graph_module, kernels, typed
 
 
 def _compiled(op, shape, ctx=None, **attrs):
     """The one kernel of ``op`` over an input of ``shape``, scheduled by default_schedule:
     (its description, a function numpy -> numpy running it compiled)."""
+    ctx = ctx or AVX2_CTX
     x = typed("x", shape)
     mod = graph_module([x], lambda emit, x: ops.call(op, x, **attrs))
     scheduled = default_schedule(ctx)(legalize(ctx)(mod))
@@ -47,7 +48,7 @@ def test_softmax_reductions_are_vectorized(shape):
 def test_layer_norm_reductions_are_vectorized():
     x, g, b = typed("x", (2, 16, 256)), typed("g", (256,)), typed("b", (256,))
     mod = graph_module([x, g, b], lambda emit, x, g, b: ops.call("layer_norm", x, g, b))
-    scheduled = default_schedule()(legalize()(mod))
+    scheduled = default_schedule(AVX2_CTX)(legalize(AVX2_CTX)(mod))
     (name,) = kernels(scheduled)
     assert "rfactor 2 reduction(s)" in attr(scheduled[name], "kiln.schedule")
     rng = np.random.default_rng(1)
@@ -73,14 +74,14 @@ def test_which_sums_are_vectorized(shape, axis, vectorized):
 
 
 def test_option_keeps_reductions_scalar():
-    desc, run = _compiled("softmax", (4, 64), PassContext(vectorize_reductions=False), axis=-1)
+    desc, run = _compiled("softmax", (4, 64), PassContext(target=AVX2, vectorize_reductions=False), axis=-1)
     assert "rfactor" not in desc, desc
     a = np.random.default_rng(3).standard_normal((4, 64)).astype("float32")
     np.testing.assert_allclose(run(a), _softmax(a), rtol=1e-5, atol=1e-6)
 
 
 def test_row_reduce_lanes():
-    ctx = PassContext()
+    ctx = AVX2_CTX.resolved()
     assert [row_reduce_lanes(n, ctx) for n in (64, 256, 24, 40, 16, 8, 60, None)] == \
         [16, 16, 8, 8, 8, None, None, None]
 
@@ -97,9 +98,9 @@ def test_row_reduce_lanes():
     (30, 12, 6),
 ])
 def test_matmul_tile_rows(rows, nr, want):
-    assert matmul_tile_rows(rows, nr, PassContext()) == want
+    assert matmul_tile_rows(rows, nr, (AVX2_CTX).resolved()) == want
 
 
 def test_matmul_tile_rows_within_the_accumulator_budget():
-    assert matmul_tile_rows(64, 16, PassContext(tile_accumulators=8)) == 4
-    assert matmul_tile_rows(64, 16, PassContext(tile_accumulators=2)) == 1
+    assert matmul_tile_rows(64, 16, (PassContext(target=AVX2, tile_accumulators=8)).resolved()) == 4
+    assert matmul_tile_rows(64, 16, (PassContext(target=AVX2, tile_accumulators=2)).resolved()) == 1

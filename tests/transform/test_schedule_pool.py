@@ -8,7 +8,7 @@ import kiln
 from kiln import ops
 from kiln.lower import lower_prim_func
 
-from transform_helpers import attr, graph_module, kernels, reference, run_vm, typed
+from transform_helpers import AVX2, AVX2_CTX, attr, graph_module, kernels, reference, run_vm, typed
 
 CASES = [
     ("max_pool2d", (1, 8, 112, 112), {"pool_size": 3, "strides": 2, "padding": 1}),   # ResNet-18
@@ -26,7 +26,7 @@ CASES = [
 @pytest.mark.parametrize("op,shape,attrs", CASES)
 def test_pool_schedule_matches_numpy(op, shape, attrs):
     mod = graph_module([typed("x", shape)], lambda emit, x: ops.call(op, x, **attrs))
-    out = kiln.get_pipeline("default")(mod)
+    out = kiln.get_pipeline("default", AVX2_CTX)(mod)
     (name,) = kernels(out)
     assert attr(out[name], "kiln.schedule").startswith("pool: "), attr(out[name], "kiln.schedule")
     args = [np.random.default_rng(1).standard_normal(shape).astype("float32")]
@@ -38,7 +38,7 @@ def test_padded_columns_are_split_off():
     without the column condition (the row condition, the same for all lanes, stays)."""
     mod = graph_module([typed("x", (1, 8, 112, 112))], lambda emit, x: ops.call(
         "max_pool2d", x, pool_size=3, strides=2, padding=1))
-    out = kiln.get_pipeline("default")(mod)
+    out = kiln.get_pipeline("default", AVX2_CTX)(mod)
     (name,) = kernels(out)
     text = lower_prim_func(out[name]).script()
     assert "T.vectorized(1):" in text and "T.vectorized(1, 56):" in text, text

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 import kiln
+from transform_helpers import AVX2, AVX2_CTX
 from kiln import ops
 from kiln.ir import Constant, FunctionBuilder, GraphVar, IRModule, TensorType, Var
 
@@ -20,8 +21,8 @@ def dense_relu():
     with fb.dataflow():
         y = fb.emit(ops.call("matmul", x, Constant(w)))
         gv = fb.emit_output(ops.call("relu", fb.emit(ops.call("add", y, Constant(b)))))
-    mod = kiln.get_pipeline("default")(IRModule({"main": fb.finish(gv)}))
-    return mod, kiln.VirtualMachine(kiln.compile(mod), kiln.cpu()), w, b
+    mod = kiln.get_pipeline("default", AVX2_CTX)(IRModule({"main": fb.finish(gv)}))
+    return mod, kiln.VirtualMachine(kiln.compile(mod, target=AVX2), kiln.cpu()), w, b
 
 
 def test_symbolic_rows_get_the_register_tile(dense_relu):

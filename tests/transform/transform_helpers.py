@@ -13,7 +13,14 @@ from kiln.ir import FunctionBuilder, GraphVar, IRModule, PrimFunc, TensorType
 from kiln.ir.evaluator import evaluate
 from kiln.ir.graph import Function
 from kiln.ir.graph_interp import interpret
+from kiln.transform import PassContext
 from kiln.transform.graph_util import global_refs
+
+# The tile sizes these tests expect are those of an AVX2 core (16 vector registers of 8
+# float32 lanes, two FMA pipes); every CPU the project runs on has AVX2, so kernels scheduled
+# for it also run here. Tests of other targets name theirs (test_target_schedules.py).
+AVX2 = "llvm -mcpu=haswell"
+AVX2_CTX = PassContext(target=AVX2)
 
 
 def typed(name: str, shape, dtype: str = "float32") -> GraphVar:
@@ -46,9 +53,10 @@ def reference(mod: IRModule, args, name: str = "main"):
     return interpret(mod[name], list(args), mod=mod)
 
 
-def run_vm(mod: IRModule, args, name: str = "main"):
-    """``mod`` compiled with ``kiln.compile`` and run by the VM; numpy result(s)."""
-    ex = kiln.compile(mod, target="llvm")
+def run_vm(mod: IRModule, args, name: str = "main", target: str = AVX2):
+    """``mod`` compiled with ``kiln.compile`` for ``target`` and run by the VM; numpy
+    result(s)."""
+    ex = kiln.compile(mod, target=target)
     vm = kiln.VirtualMachine(ex, kiln.cpu())
     out = vm[name](*[kiln.nd.array(np.ascontiguousarray(a)) for a in args])
     return out.numpy() if hasattr(out, "numpy") else [o.numpy() for o in out]

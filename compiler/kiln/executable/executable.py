@@ -154,28 +154,67 @@ def _canonical_target(target) -> str:
     return f"llvm -mtriple={t.triple} -mcpu={t.cpu}"
 
 
+class TargetMismatchError(ValueError):
+    """A kernel was scheduled for a target of another kind than the one being compiled for."""
+
+
+def schedule_for_target(mod: IRModule, target) -> IRModule:
+    """``mod`` with every unscheduled tensor program given the default schedule for
+    ``target``; raises ``TargetMismatchError`` for a kernel whose ``kiln.scheduled_for``
+    fingerprint (``kiln.codegen.machine.Machine.key``) differs from ``target``'s."""
+    from ..codegen.machine import machine_of
+    from ..ir.function import PrimFunc
+    from ..transform.default_schedule import needs_schedule, schedule_kernel
+    from ..transform.infra import PassContext
+    from ..transform.kernels import ATTR_SCHEDULED_FOR
+
+    want = machine_of(target).key()
+    ctx = None
+    funcs = {}
+    for name, f in mod.functions.items():
+        if isinstance(f, PrimFunc):
+            have = dict(f.attrs).get(ATTR_SCHEDULED_FOR)
+            if have is not None and have != want:
+                raise TargetMismatchError(
+                    f"kiln.compile: kernel {name!r} was scheduled for {have!r} but the target "
+                    f"{str(target)!r} is {want!r}; schedule the module for this target: "
+                    f"kiln.get_pipeline(\"default\", target=...) or kiln.compile(mod, target, "
+                    f"pipeline=\"default\") on the unscheduled module")
+            if needs_schedule(f):
+                ctx = ctx or PassContext(target=target)
+                f = schedule_kernel(f, ctx)
+        funcs[name] = f
+    return mod if ctx is None else IRModule(funcs, mod.attrs)
+
+
 def compile(mod: IRModule, target="llvm", pipeline: Union[None, str, Callable] = None,
             options=None) -> Executable:
     """Compile ``mod`` (graph functions calling tensor programs through ``call_tir`` and
     external functions through ``call_dps_packed``) into an ``Executable`` for ``target``.
 
     ``pipeline`` runs first when given: a name for ``kiln.get_pipeline`` (``"zero"``,
-    ``"default"``) or any ``IRModule -> IRModule`` callable. Without one, the module must
-    already be legalized: an operator call left in a graph function is an error saying so.
+    ``"default"``; made for ``target``) or any ``IRModule -> IRModule`` callable. Without one,
+    the module must already be legalized: an operator call left in a graph function is an
+    error saying so. Tensor programs nobody scheduled get the default schedules for
+    ``target``; one that ``default_schedule`` made for a target of another kind (its
+    ``kiln.scheduled_for`` names another ISA, vector register file or FMA pipes) is refused
+    with an error naming both: schedule the module for the target you compile for
+    (``kiln.get_pipeline("default", target=...)``).
     ``options`` is a ``kiln.codegen.BuildOptions`` (cache directory, C compiler, opt level).
     """
     from .. import driver
     from ..codegen.emit import build_library
     from ..codegen.target import parse_target
 
+    target = parse_target(target)
     if pipeline is not None:
         if isinstance(pipeline, str):
             from ..transform.pipeline import get_pipeline
-            pipeline = get_pipeline(pipeline)
+            pipeline = get_pipeline(pipeline, target=target)
         mod = pipeline(mod)
     if not isinstance(mod, IRModule):
         raise TypeError(f"kiln.compile takes an IRModule, got {type(mod).__name__}")
-    target = parse_target(target)
+    mod = schedule_for_target(mod, target)
     spec, plans = lower_module(mod, _canonical_target(target))
     blob = serialize(spec)
     lowered = driver.lower(mod)
@@ -196,5 +235,6 @@ def load_spec(library_path: Union[str, os.PathLike]) -> ExecutableSpec:
     return deserialize(read_blob(library_path))
 
 
-__all__ = ["Executable", "ExecutableStats", "compile", "blob_object", "read_blob", "load_spec",
+__all__ = ["Executable", "ExecutableStats", "TargetMismatchError", "compile",
+           "schedule_for_target", "blob_object", "read_blob", "load_spec",
            "BLOB_SYMBOL", "BLOB_SIZE_SYMBOL"]

@@ -41,11 +41,10 @@ ANNOTATION = ("kiln.layout", "nchwc")
 # Unit-stride convs at least WIDE wide with fewer multiply-adds per output than MIN_REDUCTION
 # stay NCHW (see ``blocked_plan``).
 WIDE, MIN_REDUCTION = 16, 64
-BLOCK_LANES = (16, 8)
-# Vector accumulators of the register tile: 16 ymm registers hold the accumulators plus the
-# weight vectors and one broadcast input; 12 leaves room for both without spilling (a 7 x 16
-# tile, 14 accumulators, spills and runs ~1.7x slower than 4 x 16 on znver3).
-ACC_BUDGET = 12
+# Vector accumulators of the register tile: ``ctx.tile_accumulators`` (the register file holds
+# the accumulators plus the weight vectors and one broadcast input; on AVX2, 12 of 16 leaves
+# room for both without spilling: a 7 x 16 tile, 14 accumulators, spills and runs ~1.7x slower
+# than 4 x 16 on znver3).
 # Output pixels per image up to which a 1x1 conv reads its input in NHWC (``pixel_major``).
 PIXEL_MAJOR_PIXELS = 64
 
@@ -77,17 +76,25 @@ def blocked_plan(call: Call, ctx: PassContext) -> Optional[layout.PackPlan]:
     if unit_stride and width >= WIDE and shape[1] * shape[2] * shape[3] < MIN_REDUCTION:
         return None
     out_shape = out_ty.static_shape()
-    tile = conv_tile(shape[0], out_shape[2], out_shape[3])
+    tile = conv_tile(shape[0], out_shape[2], out_shape[3], ctx)
     if tile is None:
         return None
     return layout.PackPlan(CONV_BLOCKED, shape, tile[0], None)
 
 
-def flat_pixels(call: Call) -> bool:
+def block_lanes(ctx: PassContext) -> Tuple[int, ...]:
+    """The channel blocks ``bn`` a blocked conv may use, widest first: two vectors, one
+    vector, and 8 channels (so that any multiple of 8 blocks): (16, 8) on AVX2, (32, 16, 8) on
+    AVX-512, (8, 4) on NEON."""
+    lanes = ctx.simd_lanes
+    return tuple(sorted({2 * lanes, lanes, 8}, reverse=True))
+
+
+def flat_pixels(call: Call, ctx: PassContext) -> bool:
     """Whether the blocked ``call`` is computed over flat pixels (its tiles run along the
     image's ``H * W`` pixels, ``tile_plan``), rather than along each row."""
     out = call.ty.static_shape()
-    tile = conv_tile(call.args[1].ty.static_shape()[0], out[2], out[3])
+    tile = conv_tile(call.args[1].ty.static_shape()[0], out[2], out[3], ctx)
     return tile is not None and tile[2]
 
 
@@ -113,24 +120,28 @@ def pixel_major(call: Call) -> bool:
     return out[2] * out[3] <= PIXEL_MAJOR_PIXELS
 
 
-def pixel_tile(width: Optional[int], bn: int, budget: Optional[int] = None,
+def pixel_tile(width: Optional[int], bn: int, ctx: PassContext, budget: Optional[int] = None,
                overhead: Optional[int] = None) -> int:
     """Pixels XT of the register tile along a run of ``width`` output pixels (a row, or an
     image's ``H * W``) for a block of ``bn`` channels: the XT (at most ``width``, with
-    ``XT * bn / 8`` vector accumulators within ``budget``) with the best ``tile_score``; on a
-    tie the larger (more FMAs in flight). XT need not divide the run: its last tile is guarded
-    (``split``) and lowering peels it off (``partition_loops``). 1 for a symbolic width."""
+    ``XT * bn / simd_lanes`` vector accumulators within ``budget``, by default
+    ``ctx.tile_accumulators``) with the best ``tile_score``; on a tie the larger (more FMAs in
+    flight). XT need not divide the run: its last tile is guarded (``split``) and lowering
+    peels it off (``partition_loops``). 1 for a symbolic width."""
     if width is None:
         return 1
-    budget = ACC_BUDGET if budget is None else budget
-    most = max(1, min(width, budget // max(1, bn // layout.CHUNK)))
-    return max(range(1, most + 1), key=lambda xt: (tile_score(width, bn, xt, overhead), xt))
+    budget = ctx.tile_accumulators if budget is None else budget
+    most = max(1, min(width, MAX_PIXELS, budget // layout.vectors(bn, ctx)))
+    return max(range(1, most + 1),
+               key=lambda xt: (tile_score(width, bn, xt, ctx, overhead), xt))
 
 
-# A reduction step of the tile costs at least MIN_ACC accumulators' worth of FMA issue slots:
-# 2 FMA pipes x 4 cycles of FMA latency on znver3, so fewer than 8 accumulators leave pipes
-# idle; plus STEP_OVERHEAD slots for the loop and address updates of each step.
-MIN_ACC, STEP_OVERHEAD = 8, 2
+# A reduction step of the tile costs at least ``ctx.min_accumulators`` accumulators' worth of
+# FMA issue slots (FMA pipes x latency: 2 x 4 on current x86 and AArch64 cores, so fewer than 8
+# accumulators leave pipes idle), plus STEP_OVERHEAD slots for the loop and address updates.
+STEP_OVERHEAD = layout.STEP_OVERHEAD
+# The most pixels a tile unrolls: each is one broadcast and one input pointer per step.
+MAX_PIXELS = 16
 # A tile over the flat pixels of an image may cross a row, so its pixels' input addresses are
 # not one base plus constant offsets: each pixel keeps its own pointer, and with a 6 x 16
 # tile LLVM spills one. Measured (alternating rounds, one thread): 6 x 16 over flat pixels is
@@ -139,47 +150,49 @@ MIN_ACC, STEP_OVERHEAD = 8, 2
 FLAT_OVERHEAD = 1
 
 
-def tile_score(width: int, bn: int, xt: int, overhead: Optional[int] = None) -> float:
+def tile_score(width: int, bn: int, xt: int, ctx: PassContext,
+               overhead: Optional[int] = None) -> float:
     """Useful multiply-adds per issue slot of a run of ``width`` pixels computed in tiles of
     ``xt`` pixels x ``bn`` channels (higher is better). A run takes ``ceil(width / xt)``
-    tiles, the last one guarded, and a tile step costs ``max(acc, MIN_ACC) + overhead``
-    slots (``acc = xt * bn / 8`` vector accumulators; ``overhead`` defaults to
-    ``STEP_OVERHEAD``), whether or not all its pixels are real: so a tile that leaves a short
-    last tile scores lower."""
+    tiles, the last one guarded, and a tile step costs ``max(acc, min_accumulators) +
+    overhead`` slots (``acc = xt * bn / simd_lanes`` vector accumulators; ``overhead`` defaults
+    to ``STEP_OVERHEAD``), whether or not all its pixels are real: so a tile that leaves a
+    short last tile scores lower."""
     overhead = STEP_OVERHEAD if overhead is None else overhead
-    vecs = max(1, bn // layout.CHUNK)
+    vecs = layout.vectors(bn, ctx)
     tiles = -(-width // xt)
-    return width * vecs / (tiles * (max(xt * vecs, MIN_ACC) + overhead))
+    return width * vecs / (tiles * (max(xt * vecs, ctx.min_accumulators) + overhead))
 
 
-def tile_plan(bn: int, height: int, width: int) -> Tuple[int, bool, float]:
+def tile_plan(bn: int, height: int, width: int, ctx: PassContext) -> Tuple[int, bool, float]:
     """(XT, flat, score) for a block of ``bn`` channels over an ``height`` x ``width`` output:
     tiles along each row, or (``flat``) along the image's ``H * W`` pixels as one run, whose
     tiles may cross rows and cost ``FLAT_OVERHEAD`` more per step. Flat wins where rows are
     short: 7 wide gets 5 x 16 over 49 pixels (10 tiles) instead of 4 + 3 per row (14), 14
     wide 6 x 16 over 196 (33) instead of 5 + 5 + 4 (42); 28 and wider stay per row."""
-    xt = pixel_tile(width, bn)
-    best = (xt, False, tile_score(width, bn, xt))
+    xt = pixel_tile(width, bn, ctx)
+    best = (xt, False, tile_score(width, bn, xt, ctx))
     if height > 1:
         over = STEP_OVERHEAD + FLAT_OVERHEAD
-        xt = pixel_tile(height * width, bn, overhead=over)
-        score = tile_score(height * width, bn, xt, over)
+        xt = pixel_tile(height * width, bn, ctx, overhead=over)
+        score = tile_score(height * width, bn, xt, ctx, over)
         if score > best[2]:
             best = (xt, True, score)
     return best
 
 
-def conv_tile(channels: int, height: int, width: int) -> Optional[Tuple[int, int, bool]]:
+def conv_tile(channels: int, height: int, width: int,
+              ctx: PassContext) -> Optional[Tuple[int, int, bool]]:
     """(bn, XT, flat): the channel block and the register tile (``tile_plan``) for an
     ``height`` x ``width`` output, the block with the best score within the accumulator
     budget; on a tie the one with more accumulators, then the wider block (fewer loads per
     FMA). None when no block divides ``channels``."""
     best = None
-    for bn in BLOCK_LANES:
+    for bn in block_lanes(ctx):
         if channels % bn:
             continue
-        xt, flat, score = tile_plan(bn, height, width)
-        vecs = max(1, bn // layout.CHUNK)
+        xt, flat, score = tile_plan(bn, height, width, ctx)
+        vecs = layout.vectors(bn, ctx)
         key = (score, xt * vecs, bn)
         if best is None or key > best[0]:
             best = (key, bn, xt, flat)

@@ -27,6 +27,11 @@ hand-written schedules are left alone) is scheduled with ``kiln.Schedule``:
    worst the kernel stays as it was with ``kiln.schedule = "none: <why>"`` (a rule that
    fails is never fatal: the unscheduled kernel computes the same thing).
 
+and ``kiln.scheduled_for``, the fingerprint of the target the schedule was made for
+(``Machine.key()``: ISA, vector registers, FMA pipes; ``kiln.compile`` checks it against the
+target it compiles for). Every tile size, vector chunk and channel block comes from the
+``PassContext`` resolved for that target (``PassContext.resolved``).
+
 To keep a kernel's schedule, give it a ``kiln.schedule`` attribute (any value).
 """
 from __future__ import annotations
@@ -36,7 +41,7 @@ from typing import Optional, Tuple
 from ..ir import IRModule, PrimFunc
 from ..schedule import Schedule
 from .infra import Pass, PassContext, context
-from .kernels import ATTR_SCHEDULE, PACK_ANNOTATION
+from .kernels import ATTR_SCHEDULE, ATTR_SCHEDULED_FOR, PACK_ANNOTATION
 from .schedule_rules import (block_infos, consumers, has_select, inline_intermediates,
                              schedule_reduction, schedule_spatial, serial_loops_only)
 from .schedule_conv import find_blocked_conv, schedule_blocked_conv
@@ -74,13 +79,14 @@ def schedule_kernel(func: PrimFunc, ctx: Optional[PassContext] = None) -> PrimFu
             # the reason stays visible in the attribute (`kiln inspect`, tests).
             why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
             continue
-        return _mark(scheduled, desc)
-    return _mark(func, f"none: {why}")
+        return _mark(scheduled, desc, ctx)
+    return _mark(func, f"none: {why}", ctx)
 
 
-def _mark(func: PrimFunc, desc: str) -> PrimFunc:
+def _mark(func: PrimFunc, desc: str, ctx: PassContext) -> PrimFunc:
     attrs = dict(func.attrs)
     attrs[ATTR_SCHEDULE] = desc
+    attrs[ATTR_SCHEDULED_FOR] = ctx.machine.key()
     return PrimFunc(func.params, func.body, tuple(attrs.items()))
 
 

@@ -15,6 +15,7 @@ global "current context" (STYLE.md: options in an explicit object).
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import Callable, List, Optional, Sequence
 
@@ -25,27 +26,40 @@ from ..ir import IRModule
 class PassContext:
     """Options of the graph passes and default schedules.
 
+    - ``target``: what the schedules are made for (a target string such as ``"llvm"`` or
+      ``"llvm -mtriple=aarch64-linux-gnu"``, or a ``kiln.codegen.Target``; None: the host).
+      The tile options below that are None are derived from it (``resolved``), through its
+      ``kiln.codegen.machine.Machine``: vector width, vector registers, FMA pipes, cores.
     - ``prepack_weights``: a ``linear``/``matmul`` whose weight is a constant gets the weight
       repacked into ``[N/pack_lanes, K, pack_lanes]`` panels once, at compile time (a
       ``call_tir`` that ``fold_constant`` evaluates); other weights are packed inside the
       kernel, one panel at a time.
-    - ``pack_lanes``: the panel width NR (and the register tile's vector width).
+    - ``pack_lanes``: the panel width NR (and the register tile's vector width); derived:
+      ``Machine.tile_vectors`` vectors (16 floats on AVX2 and NEON, 64 on AVX-512).
     - ``pack_min_rows``: a weight that is not a constant is packed inside the kernel only when
       at least this many rows of the input reuse each panel.
     - ``tile_rows``: the rows MR (unrolled) of NCHW conv register tiles, and how many column
       blocks a one-row matmul unrolls.
-    - ``tile_accumulators``: the vector accumulators a matmul's register tile may use; its
-      rows MR are picked within them by a cost model (``layout.matmul_tile_rows``). 12 of
-      AVX2's 16 registers, the others hold the vector operand and the broadcast (6 x 16).
+    - ``tile_accumulators``: the vector accumulators a register tile may use (matmul: its rows
+      MR are picked within them by a cost model, ``layout.matmul_tile_rows``; blocked conv:
+      pixels x channel vectors); derived: ``Machine.accumulators`` (12 of AVX2's 16 registers,
+      24 of AVX-512's 32).
+    - ``simd_lanes``: float32 elements in one vector register (8 on AVX2, 16 on AVX-512, 4 on
+      NEON): the unit in which tiles count accumulators; derived from the target.
+    - ``min_accumulators``: accumulators below which a tile leaves FMA pipes idle (FMA pipes x
+      latency; the tile cost models charge at least this many issue slots per step).
     - ``conv_blocking``: a float32 conv2d with a constant weight is computed in blocks of
-      8 or 16 output channels (NCHW[x]c, vectorized over channels; ``conv_blocked.py``);
-      False keeps every conv2d in NCHW, vectorized over the output width.
-    - ``vector_lanes``: elements per vector in elementwise / reduction kernels.
+      output channels (NCHW[x]c, vectorized over channels; ``conv_blocked.py``); False keeps
+      every conv2d in NCHW, vectorized over the output width.
+    - ``vector_lanes``: elements per vector chunk in elementwise / reduction kernels (derived:
+      two registers' worth).
     - ``vectorize_reductions``: reductions over a contiguous row (softmax, layer_norm) are
       ``rfactor``-ed into ``vector_lanes`` partial results, so they run vectorized
       (``schedule_row_reduce.py``); False keeps them scalar.
     - ``parallel_min_elements``: kernels smaller than this stay single-threaded (the
       thread pool's fork/join would cost more than it saves).
+    - ``cores``: the cores the kernels will be split across (derived: the host's usable cores,
+      1 for another target); parallel loops are given at least this many tasks when they can.
     - ``fold_max_elements``: ``fold_constant`` leaves results larger than this unfolded
       (None: no limit).
     - ``fold_backend``: how ``fold_constant`` runs a ``call_tir``: ``"evaluator"`` (the
@@ -53,15 +67,19 @@ class PassContext:
     - ``verify``: ``Sequential`` checks the module's well-formedness after every pass.
     - ``disabled_passes``: names of passes ``Sequential`` skips (``"fuse_ops"``, ...).
     """
+    target: Optional[object] = None
     prepack_weights: bool = True
-    pack_lanes: int = 16
+    pack_lanes: Optional[int] = None
     pack_min_rows: int = 16
     tile_rows: int = 4
-    tile_accumulators: int = 12
+    tile_accumulators: Optional[int] = None
+    simd_lanes: Optional[int] = None
+    min_accumulators: Optional[int] = None
     conv_blocking: bool = True
-    vector_lanes: int = 16
+    vector_lanes: Optional[int] = None
     vectorize_reductions: bool = True
     parallel_min_elements: int = 16384
+    cores: Optional[int] = None
     fold_max_elements: Optional[int] = None
     fold_backend: str = "evaluator"
     verify: bool = False
@@ -71,8 +89,11 @@ class PassContext:
         if self.fold_backend not in ("evaluator", "build"):
             raise ValueError(f"PassContext: fold_backend must be 'evaluator' or 'build', "
                              f"got {self.fold_backend!r}")
-        for name in ("pack_lanes", "tile_rows", "tile_accumulators", "vector_lanes"):
+        for name in ("pack_lanes", "tile_rows", "tile_accumulators", "vector_lanes",
+                     "simd_lanes", "min_accumulators", "cores"):
             v = getattr(self, name)
+            if v is None and name in _DERIVED:
+                continue
             if not isinstance(v, int) or v < 1:
                 raise ValueError(f"PassContext: {name} must be a positive int, got {v!r}")
         object.__setattr__(self, "disabled_passes", tuple(self.disabled_passes))
@@ -81,17 +102,52 @@ class PassContext:
         """A copy with some options changed."""
         return dataclasses.replace(self, **changes)
 
+    @property
+    def machine(self):
+        """The ``kiln.codegen.machine.Machine`` of ``target`` (the host when None)."""
+        from ..codegen.machine import machine_of
+        return machine_of(self.target if self.target is not None else "llvm")
+
+    def resolved(self) -> "PassContext":
+        """This context with ``target`` parsed and every derived option that is None filled
+        in from the target's machine (see the class docstring). Pass factories resolve the
+        context they are given, so rules read plain numbers.
+
+        >>> PassContext(target="llvm -mtriple=aarch64-linux-gnu").resolved().pack_lanes
+        16
+        """
+        return _resolve(self)
+
+
+# Options derived from the target when left None.
+_DERIVED = ("pack_lanes", "tile_accumulators", "vector_lanes", "simd_lanes",
+            "min_accumulators", "cores")
+
+
+@functools.lru_cache(maxsize=128)
+def _resolve(ctx: "PassContext") -> "PassContext":
+    from ..codegen.target import parse_target
+    target = parse_target(ctx.target if ctx.target is not None else "llvm")
+    m = ctx.machine
+    lanes = m.lanes(32)
+    derived = {"pack_lanes": m.tile_vectors * lanes, "tile_accumulators": m.accumulators,
+               "vector_lanes": 2 * lanes, "simd_lanes": lanes,
+               "min_accumulators": m.min_accumulators, "cores": m.cores}
+    changes = {k: v for k, v in derived.items() if getattr(ctx, k) is None}
+    return dataclasses.replace(ctx, target=target, **changes)
+
 
 DEFAULT_CONTEXT = PassContext()
 
 
 def context(ctx: Optional[PassContext]) -> PassContext:
-    """``ctx``, or the defaults when None (factories take ``ctx=None``)."""
+    """``ctx`` resolved for its target (``PassContext.resolved``), or the defaults for the
+    host when None (factories take ``ctx=None``)."""
     if ctx is None:
-        return DEFAULT_CONTEXT
+        ctx = DEFAULT_CONTEXT
     if not isinstance(ctx, PassContext):
         raise TypeError(f"expected a kiln.transform.PassContext, got {type(ctx).__name__}")
-    return ctx
+    return ctx.resolved()
 
 
 class Pass:

@@ -36,6 +36,8 @@ from .infra import PassContext
 ATTR_OPS = "kiln.ops"            # the operators it computes, joined by "+": "linear+add+relu"
 ATTR_ANCHOR = "kiln.anchor"      # the operator that decides its schedule: "linear"
 ATTR_SCHEDULE = "kiln.schedule"  # set by default_schedule: what schedule the kernel got
+# set by default_schedule: the Machine.key() of the target the schedule was made for
+ATTR_SCHEDULED_FOR = "kiln.scheduled_for"
 PACK_ANNOTATION = ("kiln.layout", "pack")
 
 _ANCHOR_PATTERNS = ("out_fusable", "reduce", "opaque")
@@ -139,7 +141,7 @@ def build_kernel(group: Sequence[Tuple[GraphVar, Call]], ctx: PassContext) -> Ke
             if blocked is not None:
                 # The channel-blocked program for the same conv2d (ops/conv_nchwc.py).
                 result = conv_nchwc.conv2d_nchwc(args[0], args[1], plan.shape, dict(call.attrs),
-                                                 plan.lanes, conv_blocked.flat_pixels(call),
+                                                 plan.lanes, conv_blocked.flat_pixels(call, ctx),
                                                  conv_blocked.pixel_major(call))
             else:
                 result = op.compute(args, dict(call.attrs))

@@ -31,11 +31,6 @@ from ..ir.expr import const
 from ..ir.graph import Call, TensorType
 from .infra import PassContext
 
-# Elements in one machine vector the tile shapes are planned for (AVX2 float32); the
-# codegen strip-mines longer vectorized loops into chunks of the target's own width.
-CHUNK = 8
-
-
 @dataclass(frozen=True)
 class PackRule:
     arg: int          # which argument is the weight
@@ -91,43 +86,54 @@ def vector_tile(extent: Optional[int], want: int) -> Optional[int]:
     return extent if extent <= want else None
 
 
+def vectors(width: Optional[int], ctx: PassContext) -> int:
+    """Vector registers one row of ``width`` float32 lanes takes on ``ctx``'s target."""
+    return max(1, -(-(width or 1) // ctx.simd_lanes))
+
+
 def tile_rows(nr: Optional[int], ctx: PassContext) -> int:
-    """Rows MR of the register tile: as many vector accumulators as ``tile_rows`` rows of a
-    ``pack_lanes``-wide tile use (4 x 16 floats = 8 AVX2 registers: enough FMAs in flight to
-    hide their latency), spread over rows of ``nr``; at most 8."""
-    budget = ctx.tile_rows * -(-ctx.pack_lanes // CHUNK)
-    return max(1, min(8, budget // -(-(nr or 1) // CHUNK)))
+    """Rows MR of an NCHW conv's register tile: as many vector accumulators as ``tile_rows``
+    rows of a ``pack_lanes``-wide tile use (4 x 16 floats = 8 AVX2 registers, 4 x 64 = 16
+    AVX-512 ones: enough FMAs in flight to hide their latency), spread over rows of ``nr``;
+    at most 8."""
+    budget = min(ctx.tile_rows * vectors(ctx.pack_lanes, ctx), ctx.tile_accumulators)
+    return max(1, min(8, budget // vectors(nr, ctx)))
 
 
-# The cost model of a register tile's reduction step (shared in spirit with the conv tiles'
-# ``conv_blocked.tile_score``): a step costs at least MIN_ACC accumulators' worth of FMA issue
-# slots (2 FMA pipes x 4 cycles of latency on znver3: fewer accumulators leave pipes idle),
-# plus STEP_OVERHEAD slots for the vector operand's loads, the loop and address updates.
-MIN_ACC, STEP_OVERHEAD = 8, 2
+# The cost model of a register tile's reduction step (shared with the conv tiles'
+# ``conv_blocked.tile_score``): a step costs at least ``ctx.min_accumulators`` accumulators'
+# worth of FMA issue slots (FMA pipes x latency: fewer accumulators leave pipes idle), plus
+# STEP_OVERHEAD slots for the vector operand's loads, the loop and address updates.
+STEP_OVERHEAD = 2
 
 
-def row_tile_score(rows: int, vecs: int, mr: int) -> float:
+def row_tile_score(rows: int, vecs: int, mr: int, min_acc: int = 8) -> float:
     """Useful multiply-adds per issue slot of ``rows`` rows computed in tiles of ``mr`` rows x
     ``vecs`` vectors (higher is better). The rows take ``ceil(rows / mr)`` tiles, the last
-    one guarded, and each tile step costs ``max(mr * vecs, MIN_ACC) + STEP_OVERHEAD`` slots
+    one guarded, and each tile step costs ``max(mr * vecs, min_acc) + STEP_OVERHEAD`` slots
     whether or not all its rows are real: so a tile that leaves a short last tile scores lower."""
     tiles = -(-rows // mr)
-    return rows * vecs / (tiles * (max(mr * vecs, MIN_ACC) + STEP_OVERHEAD))
+    return rows * vecs / (tiles * (max(mr * vecs, min_acc) + STEP_OVERHEAD))
 
 
 def matmul_tile_rows(rows: Optional[int], nr: Optional[int], ctx: PassContext) -> int:
     """Rows MR of a matmul's register tile over ``rows`` output rows with ``nr``-wide vectors:
-    the MR (at most 8, with ``MR * ceil(nr / 8)`` accumulators within ``ctx.tile_accumulators``)
-    with the best ``row_tile_score``; on a tie the larger. MR need not divide ``rows``: the
-    last tile is guarded (``split``) and lowering peels it off (``partition_loops``). A
-    symbolic row count is scored as a long run (the most accumulators). E.g. 64 rows x 16
-    lanes: 6 (11 tiles of 12 accumulators; 4 would be 16 tiles of 8); 32 rows: 4; 16 rows: 4."""
-    vecs = max(1, -(-(nr or 1) // CHUNK))
-    most = max(1, min(8, ctx.tile_accumulators // vecs))
+    the MR (at most half the vector registers: 8 on AVX2, 16 on AVX-512; with ``MR * vectors(nr)`` accumulators within
+    ``ctx.tile_accumulators``) with the best ``row_tile_score``; on a tie the larger. MR need
+    not divide ``rows``: the last tile is guarded (``split``) and lowering peels it off
+    (``partition_loops``). A symbolic row count is scored as a long run (the most
+    accumulators). E.g. on AVX2 (12 accumulators), 64 rows x 16 lanes: 6 (11 tiles of 12
+    accumulators; 4 would be 16 tiles of 8); 32 rows: 4; 16 rows: 4. On AVX-512 (24
+    accumulators of 16 lanes), 64 lanes wide: 6."""
+    vecs = vectors(nr, ctx)
+    # Each row's broadcast of A is a load and, without AVX-512's embedded broadcasts, a
+    # register: rows are capped at half the register file.
+    most = max(1, min(ctx.machine.vector_registers // 2, ctx.tile_accumulators // vecs))
     if rows is not None:
         most = min(most, rows)
     run = rows if rows is not None else 1 << 20
-    return max(range(1, most + 1), key=lambda mr: (row_tile_score(run, vecs, mr), mr))
+    return max(range(1, most + 1),
+               key=lambda mr: (row_tile_score(run, vecs, mr, ctx.min_accumulators), mr))
 
 
 def divisor_at_most(extent: Optional[int], want: int) -> int:

@@ -20,7 +20,9 @@
     default_schedule         a schedule per kernel kind for every unscheduled tensor program
 
 Options come from the ``PassContext`` (``kiln.transform.PassContext``), never from the
-environment: ``kiln.get_pipeline("default", PassContext(prepack_weights=False))``.
+environment: ``kiln.get_pipeline("default", PassContext(prepack_weights=False))``. The target
+is one of them: weight layouts and every schedule rule's tile sizes derive from it
+(``get_pipeline("default", target="llvm -mcpu=znver3")``; the host when not given).
 """
 from __future__ import annotations
 
@@ -56,16 +58,23 @@ def _default(ctx: PassContext) -> List[Pass]:
 PIPELINES: Dict[str, Callable[[PassContext], List[Pass]]] = {"zero": _zero, "default": _default}
 
 
-def get_pipeline(name: str = "default", ctx: Optional[PassContext] = None) -> Sequential:
-    """The pipeline called ``name`` (``"zero"`` or ``"default"``) with options ``ctx``.
+def get_pipeline(name: str = "default", ctx: Optional[PassContext] = None,
+                 target=None) -> Sequential:
+    """The pipeline called ``name`` (``"zero"`` or ``"default"``) with options ``ctx``, making
+    its layouts and schedules for ``target`` (a target string or ``kiln.codegen.Target``;
+    default: ``ctx.target``, else the host). Compile the result for the same target:
+    ``kiln.compile`` refuses kernels scheduled for a target of another kind.
 
     >>> kiln.get_pipeline("zero").names()                        # doctest: +SKIP
     ['legalize', 'default_schedule']
+    >>> kiln.get_pipeline("default", target="llvm -mtriple=aarch64-linux-gnu")  # doctest: +SKIP
     """
     try:
         make = PIPELINES[name]
     except KeyError:
         raise ValueError(f"unknown pipeline {name!r}; the pipelines are "
                          f"{', '.join(sorted(PIPELINES))}") from None
+    if target is not None:
+        ctx = (ctx or PassContext()).replace(target=target)
     ctx = context(ctx)
     return Sequential(make(ctx), name=name, ctx=ctx)

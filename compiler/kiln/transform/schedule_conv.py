@@ -83,7 +83,7 @@ def schedule_blocked_conv(func: PrimFunc, ctx: PassContext) -> Tuple[PrimFunc, s
     if flat:
         # One run of H * W pixels: only the image's last tile is partial.
         (n, ob, p, oi), red = loops[:n_sp], loops[n_sp:]
-        xt = pixel_tile(extents[2], bn, overhead=STEP_OVERHEAD + FLAT_OVERHEAD)
+        xt = pixel_tile(extents[2], bn, ctx, overhead=STEP_OVERHEAD + FLAT_OVERHEAD)
         rows_outer = _rows_outer(info, extents, _out_rows(sch.func, info))
         po, pi = sch.split(p, [None, xt]) if xt < extents[2] else (None, p)
         par = [n, ob]
@@ -93,7 +93,7 @@ def schedule_blocked_conv(func: PrimFunc, ctx: PassContext) -> Tuple[PrimFunc, s
         # Tiles along each row (the last one of a row partial): the tile's pixels then share
         # one input row, so their addresses are one base plus constant offsets.
         (n, ob, y, x, oi), red = loops[:n_sp], loops[n_sp:]
-        xt = pixel_tile(extents[3], bn)
+        xt = pixel_tile(extents[3], bn, ctx)
         rows_outer = _rows_outer(info, extents, extents[2])
         po, pi = sch.split(x, [None, xt]) if xt < extents[3] else (None, x)
         par = [n, y, ob] if rows_outer else [n, ob, y]

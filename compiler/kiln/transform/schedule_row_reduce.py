@@ -27,10 +27,11 @@ from .schedule_rules import BlockInfo, block_infos, static_extent
 
 def row_reduce_lanes(extent: Optional[int], ctx: PassContext) -> Optional[int]:
     """The partials of a row reduction of ``extent`` elements: ``vector_lanes`` (or half of
-    it) when that divides the row at least twice, else None (the reduction stays scalar)."""
+    it, or 8) when that divides the row at least twice, else None (the reduction stays
+    scalar)."""
     if extent is None:
         return None
-    for lanes in (ctx.vector_lanes, ctx.vector_lanes // 2):
+    for lanes in sorted({ctx.vector_lanes, ctx.vector_lanes // 2, 8}, reverse=True):
         if lanes >= 4 and extent % lanes == 0 and extent >= 2 * lanes:
             return lanes
     return None

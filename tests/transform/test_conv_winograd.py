@@ -1,0 +1,240 @@
+"""conv_winograd (3x3 stride-1 conv2d -> winograd_input / winograd_gemm / winograd_output) and
+schedule_winograd: which convs it rewrites, the cost rule's choices, the schedules the
+transform kernels get, and compiled results against numpy (odd shapes, epilogues)."""
+import numpy as np
+import pytest
+
+import kiln
+from kiln import ops
+from kiln.ir import FunctionBuilder, IRModule
+from kiln.ir.graph import Constant
+from kiln.transform import PassContext
+from kiln.transform.conv_winograd import (MIN_GAIN, conv_plan, conv_winograd, ineligible,
+                                          with_winograd)
+from kiln.transform.schedule_winograd import schedule_winograd
+
+from transform_helpers import typed
+
+RNG = np.random.default_rng(0)
+
+
+def _rand(shape, scale=1.0):
+    return (RNG.standard_normal(shape) * scale).astype("float32")
+
+
+def conv_model(x_shape, o, padding=1, epilogue="bias_relu", weight=None, **attrs):
+    """conv2d(x, W) (W a constant unless ``weight`` is "param") and an epilogue:
+    ``bias_relu``: relu(y + b); ``bn_residual``: relu(y * scale + shift + r), r an input;
+    None: y. Returns (module, weight array, epilogue arrays)."""
+    groups = attrs.get("groups", 1)
+    k = attrs.pop("kernel", 3)
+    w = _rand((o, x_shape[1] // groups, k, k), 1 / np.sqrt(9 * x_shape[1]))
+    x = typed("x", x_shape)
+    params = [x]
+    w_arg = Constant(w)
+    if weight == "param":
+        w_arg = typed("w", w.shape)
+        params.append(w_arg)
+    extra = {}
+    fb = FunctionBuilder(params)
+    with fb.dataflow():
+        y = ops.call("conv2d", x, w_arg, padding=padding, **attrs)
+        if epilogue is not None:
+            y = fb.emit(y)
+        if epilogue == "bias_relu":
+            extra["b"] = _rand((1, o, 1, 1))
+            y = ops.call("relu", fb.emit(ops.call("add", y, Constant(extra["b"]))))
+        elif epilogue == "bn_residual":
+            extra["scale"], extra["shift"] = _rand((o, 1, 1)), _rand((o, 1, 1))
+            y = fb.emit(ops.call("add", fb.emit(ops.call("multiply", y, Constant(extra["scale"]))),
+                                 Constant(extra["shift"])))
+            extra["r"] = _rand(y.ty.static_shape())
+            y = ops.call("relu", fb.emit(ops.call("add", y, Constant(extra["r"]))))
+        out = fb.emit_output(y)
+    return IRModule({"main": fb.finish(out)}), w, extra
+
+
+def numpy_model(x, w, padding, epilogue, extra):
+    y = ops.get("conv2d").reference(x.astype(np.float64), w.astype(np.float64), padding=padding)
+    if epilogue == "bias_relu":
+        y = np.maximum(y + extra["b"], 0)
+    elif epilogue == "bn_residual":
+        y = np.maximum(y * extra["scale"] + extra["shift"] + extra["r"], 0)
+    return y
+
+
+def op_names(mod, name="main"):
+    return [getattr(b.value, "op", None) for b in mod[name].bindings()]
+
+
+def compile_run(mod, args, tile=4):
+    pipe = with_winograd(kiln.get_pipeline("default"), choose=lambda call, plan: tile)
+    out = pipe(mod)
+    vm = kiln.VirtualMachine(kiln.compile(out, target="llvm"), kiln.cpu())
+    return out, vm["main"](*[kiln.nd.array(a) for a in args]).numpy()
+
+
+def schedules(mod):
+    return {n: dict(f.attrs).get("kiln.schedule") for n, f in mod.functions.items()
+            if hasattr(f, "attrs") and "kiln.schedule" in dict(f.attrs)}
+
+
+# ---- the rewrite ---------------------------------------------------------------------------
+
+def test_rewrites_a_3x3_conv_into_three_ops():
+    mod, w, _ = conv_model((1, 16, 12, 12), 32, padding=1, epilogue=None)
+    out = conv_winograd(choose=lambda call, plan: 4)(mod)
+    assert op_names(out) == ["winograd_input", "winograd_gemm", "winograd_output"]
+    v, gemm, y = [b.value for b in out["main"].bindings()]
+    assert dict(v.attrs) == {"padding": (1, 1, 1, 1), "tile": 4}
+    assert v.ty.static_shape() == (6, 6, 9, 16)
+    u = gemm.args[1]
+    assert isinstance(u, Constant) and u.data.shape[1:4] == (6, 6, 16)
+    assert dict(gemm.attrs)["out_channels"] == 32
+    assert y.ty.static_shape() == (1, 32, 12, 12) and dict(y.attrs)["out_size"] == (12, 12)
+    # the conv's result variable keeps its name: later uses need no change
+    assert out["main"].body.name == mod["main"].body.name
+
+
+@pytest.mark.parametrize("why,x_shape,o,attrs", [
+    ("strided", (1, 8, 16, 16), 8, {"strides": (2, 2)}),
+    ("not a 3x3 kernel", (1, 8, 16, 16), 8, {"kernel": 1, "padding": 0}),
+    ("grouped", (1, 8, 16, 16), 8, {"groups": 2}),
+    ("grouped", (1, 8, 16, 16), 8, {"groups": 8}),            # depthwise
+    ("dilated", (1, 8, 16, 16), 8, {"dilation": (2, 2)}),
+    ("the weight is not a constant", (1, 8, 16, 16), 8, {"weight": "param"}),
+])
+def test_leaves_ineligible_convs_alone(why, x_shape, o, attrs):
+    attrs = dict(attrs)
+    padding = attrs.pop("padding", 1)
+    weight = attrs.pop("weight", None)
+    mod, _, _ = conv_model(x_shape, o, padding=padding, epilogue=None, weight=weight, **attrs)
+    conv = next(b.value for b in mod["main"].bindings() if b.value.op == "conv2d")
+    assert ineligible(conv) == why
+    out = conv_winograd(choose=lambda call, plan: 4)(mod)
+    assert op_names(out) == ["conv2d"]
+    assert out is mod
+
+
+def test_choose_none_keeps_the_direct_conv():
+    mod, _, _ = conv_model((1, 64, 56, 56), 64, epilogue=None)
+    seen = []
+    out = conv_winograd(choose=lambda call, plan: seen.append(plan) or None)(mod)
+    assert op_names(out) == ["conv2d"] and len(seen) == 1
+    assert {c.tile for c in seen[0].options} == {2, 4}
+
+
+# ---- the cost rule -------------------------------------------------------------------------
+
+def _plan(n, c, o, size, padding=1):
+    mod, _, _ = conv_model((n, c, size, size), o, padding=padding, epilogue=None)
+    return conv_plan(next(b.value for b in mod["main"].bindings()))
+
+
+@pytest.mark.parametrize("name,shape,tile", [
+    # ResNet-18's 3x3 stride-1 layers at batch 1 (bench/winograd_layers.py measured 2.1x,
+    # 2.7x, 1.7x with F(4x4) and 1.15x with F(2x2) for the last: its transformed weight,
+    # 36/9 of the weight, streams from memory for only 4 tiles with F(4x4))
+    ("resnet 64 @56", (1, 64, 64, 56), 4),
+    ("resnet 128 @28", (1, 128, 128, 28), 4),
+    ("resnet 256 @14", (1, 256, 256, 14), 4),
+    ("resnet 512 @7", (1, 512, 512, 7), 2),
+    ("resnet 512 @7, batch 8", (8, 512, 512, 7), 4),
+    # three input channels: the transforms cost more than the multiply-adds they save
+    ("rgb stem 3x3", (1, 3, 32, 224), None),
+    # a small layer: the transforms and the weight dominate
+    ("8 -> 8 @8", (1, 8, 8, 8), None),
+])
+def test_cost_rule_choices(name, shape, tile):
+    plan = _plan(*shape)
+    assert plan.choice() == tile, (name, plan)
+    if tile is not None:
+        assert plan.speedup(tile) >= MIN_GAIN
+
+
+def test_cost_rule_is_the_default_choice():
+    mod, _, _ = conv_model((1, 128, 28, 28), 128, epilogue=None)
+    assert op_names(conv_winograd()(mod))[0] == "winograd_input"
+    mod, _, _ = conv_model((1, 8, 8, 8), 8, epilogue=None)
+    assert op_names(conv_winograd()(mod)) == ["conv2d"]
+
+
+# ---- compiled, against numpy ---------------------------------------------------------------
+
+CASES = [
+    # x_shape, O, padding, epilogue, tile
+    ((1, 3, 7, 7), 8, 1, "bias_relu", 4),
+    ((1, 13, 1, 1), 5, 1, "bias_relu", 4),          # 1x1 image: one tile, mostly padding
+    ((1, 13, 5, 9), 16, 1, "bn_residual", 4),       # not square, C not a multiple of 8
+    ((2, 16, 8, 8), 13, 0, None, 4),                # batch 2, no padding, odd O
+    ((1, 16, 8, 10), 24, (1, 0, 2, 1), "bias_relu", 4),
+    ((2, 24, 9, 7), 16, 1, "bn_residual", 2),
+]
+
+
+@pytest.mark.parametrize("x_shape,o,padding,epilogue,tile", CASES)
+def test_compiled_matches_numpy(x_shape, o, padding, epilogue, tile):
+    mod, w, extra = conv_model(x_shape, o, padding=padding, epilogue=epilogue)
+    x = _rand(x_shape)
+    out, got = compile_run(mod, [x], tile)
+    want = numpy_model(x, w, padding, epilogue, extra)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-4 * max(1.0, np.abs(want).max()))
+    sched = schedules(out)
+    outs = [n for n in sched if "winograd_output" in n]
+    assert len(outs) == 1 and sched[outs[0]].startswith(f"winograd output: tile {tile}x{tile}")
+    if epilogue is not None:
+        # the epilogue is fused into the output transform and inlined into its store
+        assert outs[0].startswith("fused_winograd_output_") and "epilogue inlined" in sched[outs[0]]
+    assert sched["winograd_input"].startswith("winograd input")
+    assert sched["winograd_gemm"].startswith("matmul: tile")
+
+
+def test_transform_kernels_are_vectorized_straight_line_code():
+    mod, _, _ = conv_model((1, 16, 8, 8), 16, epilogue="bias_relu")
+    pipe = with_winograd(kiln.get_pipeline("default"), choose=lambda call, plan: 4)
+    out = pipe(mod)
+    text = out["winograd_input"].script()
+    assert text.count("T.vectorized(") == 3            # the pad, the rows, the columns
+    assert text.count("T.unroll(") == 3                # a, b, and the rows' j
+    fused = next(f for n, f in out.functions.items() if n.startswith("fused_winograd_output"))
+    text = fused.script()
+    assert text.count("T.vectorized(") == 2 and text.count("T.unroll(") == 4
+    assert 'T.block("relu")' not in text and 'T.block("add")' not in text
+
+
+def test_schedule_winograd_leaves_other_kernels_alone():
+    mod, _, _ = conv_model((1, 8, 8, 8), 8, epilogue="bias_relu")
+    legal = kiln.transform.legalize()(mod)
+    assert schedule_winograd()(legal).functions == legal.functions
+
+
+def test_model_matches_direct_pipeline_within_1e4():
+    """A residual block (conv-bn-relu, conv-bn + identity, relu) through the default pipeline
+    with and without Winograd: the same result within 1e-4 of its scale."""
+    c, size = 32, 14
+    x = typed("x", (1, c, size, size))
+    ws = [_rand((c, c, 3, 3), 1 / np.sqrt(9 * c)) for _ in range(2)]
+    bn = [(_rand((c, 1, 1), 0.2) + 1, _rand((c, 1, 1), 0.1)) for _ in range(2)]
+    fb = FunctionBuilder([x])
+    with fb.dataflow():
+        def e(op, *args, **attrs):
+            return fb.emit(ops.call(op, *args, **attrs))
+        h = e("relu", e("add", e("multiply", e("conv2d", x, Constant(ws[0]), padding=1),
+                                 Constant(bn[0][0])), Constant(bn[0][1])))
+        h = e("add", e("multiply", e("conv2d", h, Constant(ws[1]), padding=1), Constant(bn[1][0])),
+              Constant(bn[1][1]))
+        out = fb.emit_output(ops.call("relu", e("add", h, x)))
+    mod = IRModule({"main": fb.finish(out)})
+    xa = _rand((1, c, size, size))
+    direct = kiln.VirtualMachine(kiln.compile(kiln.get_pipeline("default")(mod), target="llvm"),
+                                 kiln.cpu())["main"](kiln.nd.array(xa)).numpy()
+    wmod, wino = compile_run(mod, [xa], 4)
+    assert sum(n.startswith("fused_winograd_output") for n in wmod.functions) == 2
+    np.testing.assert_allclose(wino, direct, rtol=0, atol=1e-4 * np.abs(direct).max())
+
+
+def test_panels_follow_pack_lanes():
+    mod, _, _ = conv_model((1, 8, 8, 8), 40, epilogue=None)
+    out = conv_winograd(PassContext(pack_lanes=16), choose=lambda call, plan: 4)(mod)
+    u = [b.value for b in out["main"].bindings()][1].args[1]
+    assert u.data.shape == (3, 6, 6, 8, 16)

@@ -1,0 +1,160 @@
+"""The target decides the schedule: the machine facts a target gives the rules
+(``codegen/machine.py``), the tiles the default pipeline derives from them for an AVX2, an
+AVX-512 and an AArch64 target, the vector width of the code emitted for each, and
+``kiln.compile`` refusing kernels scheduled for a target of another kind."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln.driver import lower
+from kiln import codegen, ops
+from kiln.codegen.machine import Machine, machine_of
+from kiln.executable.executable import TargetMismatchError, schedule_for_target
+from kiln.ir.graph import Constant
+from kiln.transform import PassContext, legalize
+from kiln.transform.conv_blocked import conv_tile
+from kiln.transform.layout import matmul_tile_rows
+
+from transform_helpers import attr, graph_module, kernels, reference, typed
+
+AVX2 = "llvm -mcpu=haswell"
+AVX512 = "llvm -mcpu=skylake-avx512"
+AARCH64 = "llvm -mtriple=aarch64-linux-gnu"
+ARMV7 = "llvm -mtriple=armv7-linux-gnueabihf -mattr=+neon"
+
+
+def _host_has_avx512() -> bool:
+    return machine_of("llvm").vector_bits == 512
+
+
+# ---- the machine facts ------------------------------------------------------------------------
+@pytest.mark.parametrize("target,bits,regs,lanes,nr,acc", [
+    (AVX2, 256, 16, 8, 16, 12),
+    (AVX512, 512, 32, 16, 64, 24),
+    (AARCH64, 128, 32, 4, 16, 24),
+    (ARMV7, 128, 16, 4, 8, 12),
+])
+def test_machine_of_target(target, bits, regs, lanes, nr, acc):
+    m = machine_of(target)
+    assert (m.vector_bits, m.vector_registers, m.lanes(32)) == (bits, regs, lanes)
+    ctx = PassContext(target=target).resolved()
+    assert (ctx.pack_lanes, ctx.tile_accumulators, ctx.simd_lanes) == (nr, acc, lanes)
+    assert ctx.min_accumulators == 8 or target == ARMV7
+
+
+def test_explicit_options_win_over_the_target():
+    ctx = PassContext(target=AVX512, pack_lanes=16, tile_accumulators=12).resolved()
+    assert (ctx.pack_lanes, ctx.tile_accumulators, ctx.simd_lanes) == (16, 12, 16)
+
+
+def test_machine_key_names_what_schedules_depend_on():
+    assert machine_of(AVX2).key() == "x86_64 v256x16 fma2x4"
+    assert machine_of(AVX512).key() == "x86_64 v512x32 fma2x4"
+    assert machine_of(AARCH64).key() == "aarch64 v128x32 fma2x4"
+    assert machine_of("llvm -mcpu=znver3").key() == machine_of(AVX2).key()
+    host = machine_of("llvm")
+    assert host.cores >= 1 and host.l1_bytes >= 16 * 1024 and host.l2_bytes >= host.l1_bytes
+
+
+def test_accumulators_leave_room_for_operands():
+    for regs in (16, 32):
+        m = Machine("x86_64", 256, regs)
+        assert m.accumulators + m.tile_vectors < regs
+
+
+# ---- tiles per target -------------------------------------------------------------------------
+@pytest.mark.parametrize("target,rows,nr,want", [
+    (AVX2, 64, 16, 6), (AVX2, 1024, 16, 6), (AVX512, 1024, 64, 6), (AVX512, 64, 32, 11),
+    (AARCH64, 1024, 16, 6), (AVX512, 5, 64, 5),
+])
+def test_matmul_rows_fill_the_register_file(target, rows, nr, want):
+    assert matmul_tile_rows(rows, nr, PassContext(target=target).resolved()) == want
+
+
+@pytest.mark.parametrize("target,want", [
+    (AVX2, (16, 6, False)), (AVX512, (32, 8, False)), (AARCH64, (8, 8, False)),
+])
+def test_conv_block_and_pixels_per_target(target, want):
+    assert conv_tile(64, 56, 56, PassContext(target=target).resolved()) == want
+
+
+def _matmul_model(m=64, k=128, n=256):
+    rng = np.random.default_rng(0)
+    w = Constant(rng.standard_normal((n, k)).astype("float32"))
+    return graph_module([typed("x", (m, k))], lambda emit, x: ops.call("linear", x, w))
+
+
+@pytest.mark.parametrize("target,tile", [
+    (AVX2, "tile 6x16"), (AVX512, "tile 6x64"), (AARCH64, "tile 6x16"),
+])
+def test_default_pipeline_tiles_follow_the_target(target, tile):
+    out = kiln.get_pipeline("default", target=target)(_matmul_model())
+    (name,) = kernels(out)
+    assert attr(out[name], "kiln.schedule").startswith(f"matmul: {tile}")
+    assert attr(out[name], "kiln.scheduled_for") == machine_of(target).key()
+
+
+def _kernel_asm(mod, target):
+    asm = codegen.compile_module(lower(mod), target).assembly()
+    return asm[:asm.find("kiln_library_info")]
+
+
+@pytest.mark.parametrize("target,vector,not_vector", [
+    (AVX2, r"vfmadd\w+\s+.*%ymm", "zmm"),
+    (AVX512, r"vfmadd\w+\s+.*%zmm", None),
+    (AARCH64, r"fmla\s+v\d+\.4s", None),
+])
+def test_emitted_vector_width_per_target(target, vector, not_vector):
+    """The matmul micro-kernel's FMAs use the target's full vector registers."""
+    out = kiln.get_pipeline("default", target=target)(_matmul_model())
+    prims = {n: f for n, f in out.functions.items() if n in kernels(out)}
+    asm = _kernel_asm(kiln.IRModule(prims), target)
+    assert re.search(vector, asm), asm[:2000]
+    if not_vector:
+        assert not_vector not in asm
+
+
+# ---- compile checks the target ----------------------------------------------------------------
+def test_compile_refuses_kernels_scheduled_for_another_target():
+    out = kiln.get_pipeline("default", target=AARCH64)(_matmul_model())
+    with pytest.raises(TargetMismatchError, match=r"scheduled for 'aarch64 v128x32 fma2x4'"):
+        kiln.compile(out, target=AVX2)
+
+
+def test_compile_schedules_what_is_unscheduled_for_its_target():
+    mod = legalize(PassContext(target=AVX2, prepack_weights=False))(_matmul_model(16, 32, 64))
+    (name,) = kernels(mod)
+    assert attr(mod[name], "kiln.schedule") is None
+    scheduled = schedule_for_target(mod, AVX2)
+    assert attr(scheduled[name], "kiln.schedule").startswith("matmul: tile")
+    assert attr(scheduled[name], "kiln.scheduled_for") == machine_of(AVX2).key()
+    ex = kiln.compile(mod, target=AVX2)
+    x = np.random.default_rng(1).standard_normal((16, 32)).astype("float32")
+    got = kiln.VirtualMachine(ex, kiln.cpu())["main"](x)
+    np.testing.assert_allclose(np.asarray(got), reference(mod, [x]), rtol=1e-4, atol=1e-4)
+
+
+def test_compile_with_a_pipeline_name_schedules_for_its_target():
+    ex = kiln.compile(_matmul_model(8, 32, 64), target=AVX2, pipeline="default")
+    x = np.random.default_rng(2).standard_normal((8, 32)).astype("float32")
+    got = kiln.VirtualMachine(ex, kiln.cpu())["main"](x)
+    np.testing.assert_allclose(np.asarray(got), reference(_matmul_model(8, 32, 64), [x]),
+                               rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.skipif(not _host_has_avx512(), reason="runs AVX-512 code: this host has no AVX-512F")
+@pytest.mark.parametrize("shape", [(64, 128, 256), (7, 100, 200), (1, 64, 1000), (33, 48, 72)])
+def test_avx512_tiles_match_numpy(shape):
+    """Odd shapes on the wide tiles: rows not a multiple of 6, columns not of 64 (padded
+    panels, guarded tails), one row."""
+    m, k, n = shape
+    mod = _matmul_model(m, k, n)
+    out = kiln.get_pipeline("default", target=AVX512)(mod)
+    ex = kiln.compile(out, target=AVX512)
+    x = np.random.default_rng(3).standard_normal((m, k)).astype("float32")
+    got = kiln.VirtualMachine(ex, kiln.cpu())["main"](x)
+    np.testing.assert_allclose(np.asarray(got), reference(mod, [x]), rtol=1e-4, atol=1e-4)
