@@ -416,6 +416,8 @@ def _minmax(is_min: bool):
 
 
 _SWAPPED = {"<": ">", "<=": ">=", ">": "<", ">=": "<=", "==": "==", "!=": "!="}
+_FOLD = {"<": int.__lt__, "<=": int.__le__, ">": int.__gt__, ">=": int.__ge__, "==": int.__eq__,
+         "!=": int.__ne__}
 
 
 def _affine_compare(self: ExprLowerer, op: str, a, b):
@@ -444,6 +446,10 @@ def _compare(op: str):
             r = _affine_compare(self, op, a, b)
             if r is not None:
                 return r
+        ca, cb = cg.constant_int(a), cg.constant_int(b)
+        if ca is not None and cb is not None and _signed(e.a.dtype):
+            # Constant indices (unrolled loops): fold, so that a Select on them lowers one arm.
+            return ir.Constant(cg.I1, int(_FOLD[op](ca, cb)))
         a, b = self._pair(a, b, e.a.dtype)
         if dt.is_float(e.a.dtype):  # != is true on NaN, the others false (IEEE, like numpy)
             return (self.b.fcmp_unordered if op == "!=" else self.b.fcmp_ordered)(op, a, b)
@@ -469,6 +475,8 @@ def _not(self: ExprLowerer, e: Not):
 
 def _select(self: ExprLowerer, e: Select):
     cond = self.value(e.condition)
+    if cg.constant_int(cond) is not None:   # a folded condition: only its arm is lowered
+        return self.expr(e.true_value if cg.constant_int(cond) else e.false_value)
     t, f = self._pair(self.expr(e.true_value), self.expr(e.false_value), e.dtype)
     if cg.is_vector(cond) and not cg.is_vector(t):
         t, f = cg.broadcast(self.b, t, cond.type.count), cg.broadcast(self.b, f, cond.type.count)

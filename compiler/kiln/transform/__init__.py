@@ -7,6 +7,8 @@
 - ``fold_constant()``: evaluate what depends only on constants
 - ``eliminate_common_subexpr()``, ``dead_code_elimination()``
 - ``default_schedule()``: a schedule per kernel kind for every unscheduled tensor program
+- ``conv_winograd()``: 3x3 stride-1 conv2d as Winograd F(4x4 or 2x2, 3x3) where a cost rule says
+  it is faster; ``schedule_winograd()`` schedules its transform kernels (docs/winograd.md)
 - ``Sequential``, ``PassContext`` (options, passed explicitly); pipelines:
   ``kiln.get_pipeline("zero" | "default", ctx)`` (``pipeline.py`` lists them and why)
 
@@ -26,9 +28,11 @@ from .dead_code_elimination import dead_code_elimination
 from .eliminate_common_subexpr import eliminate_common_subexpr
 from .fuse_ops import fuse_ops
 from .default_schedule import default_schedule
+from .conv_winograd import conv_winograd
+from .schedule_winograd import schedule_winograd
 from .pipeline import get_pipeline
 from .well_formed import WellFormedError, check_well_formed
 
 __all__ = ["Pass", "PassContext", "Sequential", "BindParamsError", "LegalizeError", "bind_params",
            "legalize", "fold_constant", "dead_code_elimination", "eliminate_common_subexpr",
-           "fuse_ops", "default_schedule", "get_pipeline", "WellFormedError", "check_well_formed"]
+           "fuse_ops", "default_schedule", "conv_winograd", "schedule_winograd", "get_pipeline", "WellFormedError", "check_well_formed"]

@@ -1,0 +1,226 @@
+"""``conv_winograd``: 3x3 stride-1 convolutions as Winograd F(4x4, 3x3), where it is faster.
+
+A ``conv2d`` call that is
+
+- float32 NCHW with static shapes, a 3x3 kernel, stride 1, dilation 1, groups 1 (any
+  padding), and whose weight is a ``Constant``,
+
+becomes the three operators of ``ops/winograd.py``, with the weight transformed
+(``U = G g G^T``, in float64) and packed into panels of ``PassContext.pack_lanes`` output
+channels here, at compile time::
+
+    lv = R.conv2d(x, R.const(w), padding=(1, 1, 1, 1))
+  ->
+    lv_v = R.winograd_input(x, padding=(1, 1, 1, 1), tile=4)        # [6, 6, T, C]
+    lv_m = R.winograd_gemm(lv_v, R.const(u), out_channels=O)         # [6, 6, T, O]
+    lv = R.winograd_output(lv_m, out_size=(OH, OW), tile=4)          # [N, O, OH, OW]
+
+Everything that used the conv's result uses ``winograd_output``'s, so ``fuse_ops`` folds the
+conv's epilogue (bias, batch norm, relu, residual add) into the output transform. Run it
+after the first ``fold_constant`` (weights are constants by then) and before ``fuse_ops``;
+``schedule_winograd`` schedules the transform kernels (before ``default_schedule``).
+
+Which layers: ``winograd_cost`` estimates both ways from the shapes (``choose`` overrides it,
+for the tuner: a callable ``choose(call, cost) -> bool``). F(4x4, 3x3) does 36 multiplies
+per 16 outputs per channel pair where the direct conv does 144, but pays for the transforms
+(per tile and channel, memory bound: V and M are 36/16 of the input and output each) and
+for partial tiles on small images (a 7x7 output takes 2x2 tiles of 4x4, 64 outputs' worth).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence, Tuple
+
+from ..ir import IRModule
+from ..ir.graph import Binding, Call, Constant, GraphVar, TensorType
+from ..ops import call as op_call
+from ..ops import winograd
+from .graph_util import graph_functions, rewrite_function
+from .infra import Pass, PassContext, context
+
+TILES = (4, 2)
+
+
+@dataclass(frozen=True)
+class WinogradCost:
+    """Estimated run time of one conv2d as Winograd F(tile x tile, 3 x 3), in nanoseconds on
+    one core (``winograd_cost``): the contraction and the two transforms."""
+    tile: int
+    gemm: float
+    transforms: float
+    tiles: int            # T = N * TH * TW
+
+    @property
+    def total(self) -> float:
+        return self.gemm + self.transforms
+
+
+@dataclass(frozen=True)
+class ConvPlan:
+    """The estimates for one eligible conv2d: ``direct`` (ns) and one ``WinogradCost`` per
+    tile size tried. ``choice()`` is the default decision: the fastest Winograd tile when it
+    is estimated at least ``MIN_GAIN`` times faster than the direct conv, else None."""
+    direct: float
+    options: Tuple[WinogradCost, ...]
+
+    def best(self) -> WinogradCost:
+        return min(self.options, key=lambda c: c.total)
+
+    def speedup(self, tile: Optional[int] = None) -> float:
+        """Estimated direct / Winograd time (for ``tile``, or the best one)."""
+        opt = self.best() if tile is None else next(c for c in self.options if c.tile == tile)
+        return self.direct / opt.total
+
+    def choice(self) -> Optional[int]:
+        best = self.best()
+        return best.tile if self.direct >= MIN_GAIN * best.total else None
+
+
+# The cost model's rates, fitted to one-thread measurements (bench/winograd_layers.py, ResNet-18's
+# layers on a Xeon with AVX-512 (Sapphire Rapids); docs/winograd.md has the table):
+# multiply-adds per ns of the direct channel-blocked conv and of the Winograd contraction when it
+# is compute bound; the contraction streams the transformed weight (alpha^2 / 9 times the
+# weight, too big for L2 from 128 channels on) at WEIGHT_BYTES_PER_NS, and overlaps that with
+# its multiply-adds only partly (OVERLAP of the smaller of the two is added to the larger); the
+# transforms cost per element of V (the input transform, the padded NHWC copy included) and of
+# M (the output transform with its strided NCHW stores and the fused epilogue).
+MACS_PER_NS_DIRECT = 78.0
+MACS_PER_NS_GEMM = 80.0
+WEIGHT_BYTES_PER_NS = 20.0
+OVERLAP = 0.5
+NS_PER_V = 0.35
+NS_PER_M = 0.30
+# Estimated gain below which the direct conv is kept (the estimates are good to ~10-15%).
+MIN_GAIN = 1.05
+
+
+def winograd_cost(n: int, c: int, o: int, out_h: int, out_w: int, tile: int = 4) -> WinogradCost:
+    """Estimated time of a 3x3 stride-1 conv (N, C, O, output size) as Winograd F(tile, 3)."""
+    alpha = tile + 2
+    th, tw = winograd.tiles(out_h, out_w, tile)
+    t = n * th * tw
+    compute = alpha * alpha * t * c * o / MACS_PER_NS_GEMM
+    weight = alpha * alpha * c * o * 4 / WEIGHT_BYTES_PER_NS
+    gemm = max(compute, weight) + OVERLAP * min(compute, weight)
+    transforms = alpha * alpha * t * (c * NS_PER_V + o * NS_PER_M)
+    return WinogradCost(tile, gemm, transforms, t)
+
+
+def direct_cost(n: int, c: int, o: int, out_h: int, out_w: int) -> float:
+    """Estimated time (ns) of the direct conv: its multiply-adds at the direct conv's rate."""
+    return n * o * out_h * out_w * c * 9 / MACS_PER_NS_DIRECT
+
+
+def conv_plan(call: Call, tiles: Sequence[int] = TILES) -> ConvPlan:
+    """The estimates (``ConvPlan``) of an eligible conv2d call."""
+    n, c = call.args[0].ty.static_shape()[:2]
+    _, o, oh, ow = call.ty.static_shape()
+    return ConvPlan(direct_cost(n, c, o, oh, ow),
+                    tuple(winograd_cost(n, c, o, oh, ow, m) for m in tiles))
+
+
+def _pair(value, default):
+    if value is None:
+        return default
+    v = tuple(value) if isinstance(value, (list, tuple)) else (value,)
+    return v * 2 if len(v) == 1 else v
+
+
+def ineligible(call: Call) -> Optional[str]:
+    """Why ``call`` cannot be computed with Winograd F(m, 3), or None when it can."""
+    if not isinstance(call, Call) or call.op != "conv2d" or len(call.args) != 2:
+        return "not a conv2d"
+    x, w = call.args
+    if not isinstance(w, Constant):
+        return "the weight is not a constant"
+    types = (x.ty, w.ty, call.ty)
+    if not all(isinstance(t, TensorType) and t.dtype == "float32" and t.static_shape() is not None
+               for t in types):
+        return "not float32 with static shapes"
+    attrs = dict(call.attrs)
+    if tuple(w.ty.static_shape()[2:]) != (3, 3):
+        return "not a 3x3 kernel"
+    if _pair(attrs.get("strides"), (1, 1)) != (1, 1):
+        return "strided"
+    if _pair(attrs.get("dilation"), (1, 1)) != (1, 1):
+        return "dilated"
+    groups = attrs.get("groups", 1)
+    if (groups[0] if isinstance(groups, (list, tuple)) else groups) != 1:
+        return "grouped"
+    return None
+
+
+def conv_winograd(ctx: Optional[PassContext] = None,
+                  choose: Optional[Callable[[Call, ConvPlan], Optional[int]]] = None,
+                  tiles: Sequence[int] = TILES) -> Pass:
+    """The pass (module docstring). For each eligible conv2d, ``choose(call, plan)`` returns
+    the tile size m of F(m x m, 3 x 3) to compute it with, or None to keep the direct conv
+    (default: ``plan.choice()``, the cost rule); ``tiles`` are the sizes the plan estimates."""
+    ctx = context(ctx)
+    decide = choose or (lambda _call, plan: plan.choice())
+
+    def visit(b: Binding, em, _block) -> None:
+        call = b.value
+        tile = decide(call, conv_plan(call, tiles)) if ineligible(call) is None else None
+        if tile is None:
+            em.emit(b)
+            return
+        x, w = call.args
+        o = w.ty.static_shape()[0]
+        _, _, oh, ow = call.ty.static_shape()
+        u = winograd.transform_weight(w.data, tile, panel_lanes(o, ctx))
+        v_call = op_call("winograd_input", x, padding=_padding(call), tile=tile)
+        v = em.emit_value(GraphVar(f"{b.var.name}_v", v_call.ty), v_call)
+        m_call = op_call("winograd_gemm", v, Constant(u), out_channels=o)
+        m = em.emit_value(GraphVar(f"{b.var.name}_m", m_call.ty), m_call)
+        em.emit_value(b.var, op_call("winograd_output", m, out_size=(oh, ow), tile=tile))
+        rewritten.append(b.var)
+
+    rewritten = []
+
+    def run(mod: IRModule) -> IRModule:
+        out = mod
+        for name, func in graph_functions(mod):
+            rewritten.clear()
+            new = rewrite_function(func, visit)
+            if rewritten:
+                out = out.with_function(name, new)
+        return out
+    return Pass("conv_winograd", run)
+
+
+def panel_lanes(out_channels: int, ctx: PassContext) -> int:
+    """Output channels per panel of the packed transformed weight: ``ctx.pack_lanes``, or for
+    fewer channels the power of two (at least 4) that holds them."""
+    lanes = ctx.pack_lanes
+    if out_channels >= lanes:
+        return lanes
+    p = 4
+    while p < out_channels:
+        p *= 2
+    return min(p, lanes)
+
+
+def _padding(call: Call):
+    from ..ops.nn import _padding as conv_padding
+    before, after = conv_padding("conv2d", dict(call.attrs).get("padding", (0, 0, 0, 0)), 2)
+    return tuple(before) + tuple(after)
+
+
+def with_winograd(pipeline, ctx: Optional[PassContext] = None,
+                  choose: Optional[Callable[[Call, ConvPlan], Optional[int]]] = None,
+                  tiles: Sequence[int] = TILES):
+    """``pipeline`` (a ``Sequential`` such as ``kiln.get_pipeline("default")``) with
+    ``conv_winograd`` inserted before ``fuse_ops`` and ``schedule_winograd`` before
+    ``default_schedule``: where the default pipeline runs them."""
+    from .infra import Sequential
+    from .schedule_winograd import schedule_winograd
+    ctx = context(ctx if ctx is not None else getattr(pipeline, "ctx", None))
+    passes = []
+    for p in pipeline:
+        if p.name == "fuse_ops":
+            passes.append(conv_winograd(ctx, choose, tiles))
+        if p.name == "default_schedule":
+            passes.append(schedule_winograd(ctx))
+        passes.append(p)
+    return Sequential(passes, name=f"{pipeline.name}+winograd", ctx=ctx)
