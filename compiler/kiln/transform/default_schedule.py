@@ -27,7 +27,10 @@ hand-written schedules are left alone) is scheduled with ``kiln.Schedule``:
    worst the kernel stays as it was with ``kiln.schedule = "none: <why>"`` (a rule that
    fails is never fatal: the unscheduled kernel computes the same thing).
 
-and ``kiln.scheduled_for``, the fingerprint of the target the schedule was made for
+``kiln.decisions``, the named choices its rule made (``"mr=6 cols=1 parallel=2"``: the
+register-tile and conv rules state theirs through ``kiln.schedule.decisions.Decisions``, so a
+tuner samples the very same rules and a record replays them), and ``kiln.scheduled_for``,
+the fingerprint of the target the schedule was made for
 (``Machine.key()``: ISA, vector registers, FMA pipes; ``kiln.compile`` checks it against the
 target it compiles for). Every tile size, vector chunk and channel block comes from the
 ``PassContext`` resolved for that target (``PassContext.resolved``).
@@ -40,8 +43,9 @@ from typing import Optional, Tuple
 
 from ..ir import IRModule, PrimFunc
 from ..schedule import Schedule
+from ..schedule.decisions import Decisions
 from .infra import Pass, PassContext, context
-from .kernels import ATTR_SCHEDULE, ATTR_SCHEDULED_FOR, PACK_ANNOTATION
+from .kernels import ATTR_DECISIONS, ATTR_SCHEDULE, ATTR_SCHEDULED_FOR, PACK_ANNOTATION
 from .schedule_rules import (block_infos, consumers, has_select, inline_intermediates,
                              schedule_reduction, schedule_spatial, serial_loops_only)
 from .schedule_conv import find_blocked_conv, schedule_blocked_conv
@@ -67,26 +71,36 @@ def needs_schedule(func: PrimFunc) -> bool:
     return ATTR_SCHEDULE not in dict(func.attrs) and serial_loops_only(func)
 
 
-def schedule_kernel(func: PrimFunc, ctx: Optional[PassContext] = None) -> PrimFunc:
-    """``func`` scheduled by its kind, with the ``kiln.schedule`` attribute set."""
+def schedule_kernel(func: PrimFunc, ctx: Optional[PassContext] = None,
+                    decisions: Optional[Decisions] = None) -> PrimFunc:
+    """``func`` scheduled by its kind, with the ``kiln.schedule``, ``kiln.scheduled_for`` and
+    (when a rule made any) ``kiln.decisions`` attributes set. ``decisions`` answers the
+    rules' choices (``kiln.schedule.decisions``): the defaults when None, or a record's values,
+    or a tuner's samples."""
     ctx = context(ctx)
     why = ""
     for rule in (_by_kind, _generic, _inline_only):
+        decide = Decisions(decisions.fixed, decisions.sampler) if decisions else Decisions()
         try:
-            scheduled, desc = rule(func, ctx)
+            scheduled, desc = rule(func, ctx, decide)
         except Exception as e:   # noqa: BLE001 - an unscheduled kernel still computes right
             # A rule that does not fit (ScheduleError) or breaks falls back to a simpler one;
             # the reason stays visible in the attribute (`kiln inspect`, tests).
             why = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
             continue
-        return _mark(scheduled, desc, ctx)
-    return _mark(func, f"none: {why}", ctx)
+        if decisions is not None:
+            decisions.made, decisions.options, decisions.stale = \
+                decide.made, decide.options, decide.stale
+        return _mark(scheduled, desc, ctx, decide)
+    return _mark(func, f"none: {why}", ctx, Decisions())
 
 
-def _mark(func: PrimFunc, desc: str, ctx: PassContext) -> PrimFunc:
+def _mark(func: PrimFunc, desc: str, ctx: PassContext, decide: Decisions) -> PrimFunc:
     attrs = dict(func.attrs)
     attrs[ATTR_SCHEDULE] = desc
     attrs[ATTR_SCHEDULED_FOR] = ctx.machine.key()
+    if decide.made:
+        attrs[ATTR_DECISIONS] = decide.text()
     return PrimFunc(func.params, func.body, tuple(attrs.items()))
 
 
@@ -109,9 +123,9 @@ def _start(func: PrimFunc) -> Schedule:
     return Schedule(IRModule({"main": func}), "main")
 
 
-def _by_kind(func: PrimFunc, ctx: PassContext) -> Tuple[PrimFunc, str]:
+def _by_kind(func: PrimFunc, ctx: PassContext, decide: Decisions) -> Tuple[PrimFunc, str]:
     if find_blocked_conv(func) is not None:
-        return schedule_blocked_conv(func, ctx)
+        return schedule_blocked_conv(func, ctx, decide)
     sch = _start(func)
     inline_intermediates(sch, _keep(sch))
     infos = block_infos(sch.func)
@@ -125,7 +139,7 @@ def _by_kind(func: PrimFunc, ctx: PassContext) -> Tuple[PrimFunc, str]:
         c = analyze_contraction(sch.func, reductions[0])
         if c is not None:
             kind = "conv" if len(c.reduce) > 1 else "matmul"
-            desc = schedule_contraction(sch, c, ctx, kind)
+            desc = schedule_contraction(sch, c, ctx, kind, decide)
             return sch.func, desc
         if pool_block(sch.func) is not None:
             return schedule_pool(sch.func, ctx)
@@ -133,14 +147,14 @@ def _by_kind(func: PrimFunc, ctx: PassContext) -> Tuple[PrimFunc, str]:
     return sch.func, desc
 
 
-def _generic(func: PrimFunc, ctx: PassContext) -> Tuple[PrimFunc, str]:
+def _generic(func: PrimFunc, ctx: PassContext, decide: Decisions) -> Tuple[PrimFunc, str]:
     sch = _start(func)
     inline_intermediates(sch, _keep(sch))
     desc = schedule_reduction(sch, ctx)
     return sch.func, desc
 
 
-def _inline_only(func: PrimFunc, ctx: PassContext) -> Tuple[PrimFunc, str]:
+def _inline_only(func: PrimFunc, ctx: PassContext, decide: Decisions) -> Tuple[PrimFunc, str]:
     sch = _start(func)
     done = inline_intermediates(sch, _keep(sch))
     return sch.func, f"inline only ({len(done)} block(s))"

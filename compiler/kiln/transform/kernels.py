@@ -38,6 +38,8 @@ ATTR_ANCHOR = "kiln.anchor"      # the operator that decides its schedule: "line
 ATTR_SCHEDULE = "kiln.schedule"  # set by default_schedule: what schedule the kernel got
 # set by default_schedule: the Machine.key() of the target the schedule was made for
 ATTR_SCHEDULED_FOR = "kiln.scheduled_for"
+# set by default_schedule: the rule's named decisions, "name=value ..." (schedule/decisions.py)
+ATTR_DECISIONS = "kiln.decisions"
 PACK_ANNOTATION = ("kiln.layout", "pack")
 
 _ANCHOR_PATTERNS = ("out_fusable", "reduce", "opaque")

@@ -38,9 +38,11 @@ from typing import Optional, Tuple
 
 from ..ir import BufferLoad, IRModule, PrimFunc, Var, collect
 from ..schedule import Schedule, ScheduleError
+from ..schedule.decisions import Decisions
 from .block_iter import BlockIterError, fuse_block_iter, split_block_iter
 from .conv_blocked import ANNOTATION, FLAT_OVERHEAD, STEP_OVERHEAD, pixel_tile
 from .infra import PassContext
+from .layout import vectors
 from .schedule_rules import (block_infos, consumers, find, inline_intermediates, loop_rvs,
                              params_of, schedule_spatial, static_extent)
 
@@ -62,8 +64,12 @@ def find_blocked_conv(func: PrimFunc) -> Optional[str]:
     return None
 
 
-def schedule_blocked_conv(func: PrimFunc, ctx: PassContext) -> Tuple[PrimFunc, str]:
-    """Apply the module docstring's schedule; returns (scheduled func, description)."""
+def schedule_blocked_conv(func: PrimFunc, ctx: PassContext,
+                          decide: Optional[Decisions] = None) -> Tuple[PrimFunc, str]:
+    """Apply the module docstring's schedule; returns (scheduled func, description). Its
+    choices are ``decide``'s: ``xt`` (pixels of the tile), ``rows_outer``, ``ci`` (input
+    channels per reduction step) and ``parallel``."""
+    decide = decide if decide is not None else Decisions()
     conv = find_blocked_conv(func)
     if conv is None:
         raise ScheduleError("no channel-blocked conv2d block", func)
@@ -83,8 +89,10 @@ def schedule_blocked_conv(func: PrimFunc, ctx: PassContext) -> Tuple[PrimFunc, s
     if flat:
         # One run of H * W pixels: only the image's last tile is partial.
         (n, ob, p, oi), red = loops[:n_sp], loops[n_sp:]
-        xt = pixel_tile(extents[2], bn, ctx, overhead=STEP_OVERHEAD + FLAT_OVERHEAD)
-        rows_outer = _rows_outer(info, extents, _out_rows(sch.func, info))
+        xt = _choose_pixels(decide, extents[2], bn, ctx,
+                            pixel_tile(extents[2], bn, ctx, overhead=STEP_OVERHEAD + FLAT_OVERHEAD))
+        rows_outer = decide.choose("rows_outer", [False, True],
+                                   default=_rows_outer(info, extents, _out_rows(sch.func, info)))
         po, pi = sch.split(p, [None, xt]) if xt < extents[2] else (None, p)
         par = [n, ob]
         if po is not None:
@@ -93,15 +101,18 @@ def schedule_blocked_conv(func: PrimFunc, ctx: PassContext) -> Tuple[PrimFunc, s
         # Tiles along each row (the last one of a row partial): the tile's pixels then share
         # one input row, so their addresses are one base plus constant offsets.
         (n, ob, y, x, oi), red = loops[:n_sp], loops[n_sp:]
-        xt = pixel_tile(extents[3], bn, ctx)
-        rows_outer = _rows_outer(info, extents, extents[2])
+        xt = _choose_pixels(decide, extents[3], bn, ctx, pixel_tile(extents[3], bn, ctx))
+        rows_outer = decide.choose("rows_outer", [False, True],
+                                   default=_rows_outer(info, extents, extents[2]))
         po, pi = sch.split(x, [None, xt]) if xt < extents[3] else (None, x)
         par = [n, y, ob] if rows_outer else [n, ob, y]
     outer = par + ([po] if po is not None and po not in par else [])
     if len(red) == 3:
         ry, rx, rc = red
         c_ext = extents[n_sp + 2]
-        ci = max(d for d in range(1, min(REDUCE_CHANNELS, c_ext) + 1) if c_ext % d == 0)
+        divisors = [d for d in range(1, min(4 * REDUCE_CHANNELS, c_ext) + 1) if c_ext % d == 0]
+        ci = max(d for d in divisors if d <= REDUCE_CHANNELS)
+        ci = decide.choose("ci", divisors, default=ci)
         if 1 < ci < c_ext:
             rco, rci = sch.split(rc, [None, ci])
             red = [rco, ry, rx, rci]
@@ -140,7 +151,7 @@ def schedule_blocked_conv(func: PrimFunc, ctx: PassContext) -> Tuple[PrimFunc, s
     if any(b.name.startswith("conv2d_pad_nhwc") for b in block_infos(sch.func)):
         parts.append("input nhwc")
     work = math.prod(e for e in extents if e is not None)
-    if work >= ctx.parallel_min_elements * 16:
+    if decide.choose("parallel", [False, True], default=work >= ctx.parallel_min_elements * 16):
         # The tile loop stays a loop of its own (not fused with the others): lowering peels
         # its guarded last tile off only there (``partition_loops`` needs the guard linear in
         # the loop variable), and the tile's accumulators need a constant pixel count.
@@ -157,6 +168,13 @@ def schedule_blocked_conv(func: PrimFunc, ctx: PassContext) -> Tuple[PrimFunc, s
                 and _at_root(sch.func, b):
             schedule_spatial(sch, b.name, ctx)
     return sch.func, "conv nchwc: " + ", ".join(parts)
+
+
+def _choose_pixels(decide: Decisions, run: int, bn: int, ctx: PassContext, default: int) -> int:
+    """The ``xt`` decision: pixels of the tile along a run of ``run`` pixels, within the
+    accumulator budget."""
+    most = max(1, min(run, ctx.tile_accumulators // vectors(bn, ctx)))
+    return decide.choose("xt", list(range(1, most + 1)) + [default], default=default)
 
 
 def _out_rows(func: PrimFunc, info) -> int:

@@ -36,7 +36,8 @@ from ..ir.expr import IntImm
 from ..schedule import LoopRV, Schedule, ScheduleError
 from .infra import PassContext
 from .kernels import PACK_ANNOTATION
-from .layout import divisor_at_most, matmul_tile_rows, tile_rows, vector_tile
+from ..schedule.decisions import Decisions
+from .layout import divisor_at_most, matmul_tile_rows, tile_rows, vector_tile, vectors
 from .schedule_rules import (BlockInfo, block_infos, consumers, find, params_of,
                              schedule_spatial, static_extent)
 
@@ -121,32 +122,46 @@ def _panel(load: BufferLoad, var: Var) -> Optional[int]:
     return None
 
 
-def schedule_contraction(sch: Schedule, c: Contraction, ctx: PassContext, kind: str) -> str:
-    """Apply the register-tile recipe (module docstring); returns a description."""
+def schedule_contraction(sch: Schedule, c: Contraction, ctx: PassContext, kind: str,
+                         decide: Optional[Decisions] = None) -> str:
+    """Apply the register-tile recipe (module docstring); returns a description. Its choices
+    are ``decide``'s: ``nr`` (vector width, when the weight is not packed), ``mr`` (rows),
+    ``cols`` (column blocks of a one-row tile), ``parallel`` (how many outer loops are fused
+    into the parallel loop; 0: serial)."""
+    decide = decide if decide is not None else Decisions()
     info = c.info
-    name = info.name
     loops = [LoopRV(f.loop_var) for f in info.loops]
     extents = [static_extent(f) for f in info.loops]
     out_buf = info.written()[0]
     v_ext = extents[c.v]
     nr = c.packed or vector_tile(v_ext, ctx.pack_lanes)
+    if not c.packed and nr is not None and v_ext is not None:
+        widths = [w for w in range(ctx.simd_lanes, ctx.pack_lanes + 1, ctx.simd_lanes)
+                  if w <= v_ext and v_ext % w == 0]
+        nr = decide.choose("nr", widths + [nr], default=nr)
     if c.u is None:
         mr = 1
     elif c.rows_packed:
         mr = c.rows_packed
-    elif kind == "matmul":
-        # Rows by the tile cost model: 64 rows get 6 x 16 (12 accumulators, 10 tiles and a
-        # guarded one), which streams the packed panel past 1.5x more FMAs per load than 4 x 16.
-        mr = matmul_tile_rows(extents[c.u], nr, ctx)
-    elif extents[c.u] is None:
-        # A symbolic row count (batch x sequence of a dynamic-shape model): a full tile of
-        # rows, the last tile guarded (split's T.where), rather than one row at a time.
-        mr = tile_rows(nr, ctx)
     else:
-        want = tile_rows(nr, ctx)
-        mr = divisor_at_most(extents[c.u], want)
-        if mr < want < extents[c.u]:
-            mr = want   # 50 rows: tiles of 4 and a guarded last one, not tiles of 2
+        if kind == "matmul":
+            # Rows by the tile cost model: 64 rows get 6 x 16 on AVX2 (12 accumulators, 10
+            # tiles and a guarded one), which streams the packed panel past 1.5x more FMAs
+            # per load than 4 x 16.
+            mr = matmul_tile_rows(extents[c.u], nr, ctx)
+        elif extents[c.u] is None:
+            # A symbolic row count (batch x sequence of a dynamic-shape model): a full tile of
+            # rows, the last tile guarded (split's T.where), rather than one row at a time.
+            mr = tile_rows(nr, ctx)
+        else:
+            want = tile_rows(nr, ctx)
+            mr = divisor_at_most(extents[c.u], want)
+            if mr < want < extents[c.u]:
+                mr = want   # 50 rows: tiles of 4 and a guarded last one, not tiles of 2
+        most = max(1, ctx.tile_accumulators // vectors(nr, ctx))
+        if extents[c.u] is not None:
+            most = min(most, extents[c.u])
+        mr = decide.choose("mr", list(range(1, most + 1)) + [mr], default=mr)
 
     # Split the vector and row axes into an outer (tile) and inner (register) part.
     v0 = v1 = u0 = u1 = None
@@ -164,7 +179,10 @@ def schedule_contraction(sch: Schedule, c: Contraction, ctx: PassContext, kind: 
         # No rows to unroll (one row, or a symbolic number of them): unroll over several
         # column blocks instead, so that several accumulators are in flight.
         blocks = -(-v_ext // nr)
-        cols = next((c2 for c2 in (ctx.tile_rows, 2) if 1 < c2 < blocks and blocks % c2 == 0), 1)
+        fits = [c2 for c2 in (8, 4, 2) if 1 < c2 < blocks and blocks % c2 == 0
+                and c2 * vectors(nr, ctx) <= ctx.tile_accumulators]
+        cols = next((c2 for c2 in (ctx.tile_rows, 2) if c2 in fits), 1)
+        cols = decide.choose("cols", [1] + fits, default=cols)
         if cols > 1:
             v0, u1 = sch.split(v0, [None, cols])
     outer: List[LoopRV] = []
@@ -248,11 +266,15 @@ def schedule_contraction(sch: Schedule, c: Contraction, ctx: PassContext, kind: 
 
     # Parallel over the outer loops but the innermost (where the tile is written back).
     work = math.prod(e for e in extents if e is not None)
-    if outer and work >= ctx.parallel_min_elements * 16:
-        par = outer[:-1] or outer[:1]
-        loop = sch.fuse(*par) if len(par) > 1 else par[0]
-        sch.parallel(loop)
-        parts.append("parallel")
+    if outer:
+        depth = len(outer[:-1] or outer[:1])
+        default = depth if work >= ctx.parallel_min_elements * 16 else 0
+        depth = decide.choose("parallel", list(range(len(outer) + 1)), default=default)
+        if depth:
+            par = outer[:depth]
+            loop = sch.fuse(*par) if len(par) > 1 else par[0]
+            sch.parallel(loop)
+            parts.append("parallel")
     # Blocks left at the root (conv padding, epilogues that could not move): elementwise rule.
     for b in block_infos(sch.func):
         serial = all(f.kind == "serial" for f in b.loops)
