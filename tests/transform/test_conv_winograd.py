@@ -245,3 +245,48 @@ def test_panels_follow_pack_lanes():
     out = conv_winograd(PassContext(pack_lanes=16), choose=lambda call, plan: 4)(mod)
     u = [b.value for b in out["main"].bindings()][1].args[1]
     assert u.data.shape == (3, 6, 6, 8, 16)
+
+
+def test_transform_schedules_are_named_decisions():
+    """The rule's choices replay from a record and change the program, not the result."""
+    from kiln.schedule.decisions import Decisions, parse_decisions
+    from kiln.transform.schedule_winograd import schedule_transform
+    mod, _, _ = conv_model((1, 32, 8, 8), 16, epilogue="bias_relu")
+    legal = kiln.transform.legalize()(conv_winograd(choose=lambda call, plan: 4)(mod))
+    func = legal["winograd_input"]
+    default = schedule_transform(func)
+    assert parse_decisions(dict(default.attrs)["kiln.decisions"])["chunk"] == 16
+    record = Decisions(fixed={"chunk": 8, "parallel": True})
+    changed = schedule_transform(func, decisions=record)
+    assert record.made == {"chunk": 8, "parallel": True} and not record.stale
+    assert "channels 8" in dict(changed.attrs)["kiln.schedule"]
+    assert "parallel" in dict(changed.attrs)["kiln.schedule"]
+    x = _rand((1, 32, 8, 8))
+    want = ops.get("winograd_input").reference(x, padding=(1, 1, 1, 1), tile=4)
+    for f in (default, changed):
+        out = kiln.nd.empty(want.shape, "float32")
+        kiln.build(IRModule({"main": f}), target="llvm")(kiln.nd.array(x), out)
+        np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-4)
+    stale = Decisions(fixed={"chunk": 12})           # 12 does not divide 32: falls back
+    assert "channels 16" in dict(schedule_transform(func, decisions=stale).attrs)["kiln.schedule"]
+    assert stale.stale == ["chunk"]
+
+
+def test_choice_as_a_named_decision():
+    from kiln.schedule.decisions import Decisions
+    from kiln.transform.conv_winograd import decided
+    mod, _, _ = conv_model((1, 64, 28, 28), 64, epilogue=None)
+    made = []
+
+    def per_conv(decisions):
+        def get(call):
+            made.append(decisions)
+            return decisions
+        return get
+    out = conv_winograd(choose=decided(per_conv(Decisions())))(mod)      # the rule's default
+    assert dict(next(out["main"].bindings()).value.attrs)["tile"] == 4
+    assert made[-1].made == {"winograd": 4} and made[-1].options["winograd"] == [0, 4, 2]
+    out = conv_winograd(choose=decided(per_conv(Decisions(fixed={"winograd": 0}))))(mod)
+    assert op_names(out) == ["conv2d"]
+    out = conv_winograd(choose=decided(per_conv(Decisions(sampler=lambda n, opts, d: 2))))(mod)
+    assert dict(next(out["main"].bindings()).value.attrs)["tile"] == 2

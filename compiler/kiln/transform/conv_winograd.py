@@ -21,11 +21,13 @@ conv's epilogue (bias, batch norm, relu, residual add) into the output transform
 after the first ``fold_constant`` (weights are constants by then) and before ``fuse_ops``;
 ``schedule_winograd`` schedules the transform kernels (before ``default_schedule``).
 
-Which layers: ``winograd_cost`` estimates both ways from the shapes (``choose`` overrides it,
-for the tuner: a callable ``choose(call, cost) -> bool``). F(4x4, 3x3) does 36 multiplies
-per 16 outputs per channel pair where the direct conv does 144, but pays for the transforms
-(per tile and channel, memory bound: V and M are 36/16 of the input and output each) and
-for partial tiles on small images (a 7x7 output takes 2x2 tiles of 4x4, 64 outputs' worth).
+Which layers: ``conv_plan`` estimates the direct conv and each tile size from the shapes, and
+``ConvPlan.choice()`` picks (the cost rule, docs/winograd.md); ``choose(call, plan) -> tile or
+None`` overrides it, e.g. ``decided(...)``, which asks a ``Decisions`` per conv (a tuner's
+sampler, a record). F(4x4, 3x3) does 36 multiplies per 16 outputs per channel pair where the
+direct conv does 144, but pays for the transforms (V and M are 36/16 of the input and output
+each), for a transformed weight 4x the weight (streamed from memory when the image has few
+tiles), and for partial tiles on small images (a 7x7 output takes 2x2 tiles of 4x4).
 """
 from __future__ import annotations
 
@@ -193,6 +195,17 @@ def conv_winograd(ctx: Optional[PassContext] = None,
                 out = out.with_function(name, new)
         return out
     return Pass("conv_winograd", run)
+
+
+def decided(decisions_for: Callable[[Call], "Decisions"]) -> Callable[[Call, ConvPlan], Optional[int]]:
+    """A ``choose`` for ``conv_winograd`` that states each conv's choice as the named decision
+    ``winograd`` (``kiln.schedule.decisions``): 0 (the direct conv) or a tile size, the cost
+    rule's pick by default. ``decisions_for(call)`` gives the ``Decisions`` of that conv (a
+    record's fixed values, a tuner's sampler), e.g. keyed by its shapes."""
+    def choose(call: Call, plan: ConvPlan) -> Optional[int]:
+        options = [0] + [c.tile for c in plan.options]
+        return decisions_for(call).choose("winograd", options, default=plan.choice() or 0) or None
+    return choose
 
 
 def panel_lanes(out_channels: int, ctx: PassContext) -> int:
