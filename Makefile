@@ -41,12 +41,17 @@ deploy-examples: build java
 java: runtime
 	$(MAKE) -s -C bindings/java all example
 
-# pytest exits 5 when it collected no test; that is not a failure of the build.
+# The suite runs in parallel (pytest-xdist), one worker per logical CPU; `worksteal` lets an idle
+# worker take tests queued on a busy one. PYTEST_ARGS=... adds options (e.g. PYTEST_ARGS="-n 0"
+# runs it in one process). pytest exits 5 when it collected no test; that is not a failure of
+# the build.
+PYTEST_XDIST := -n logical --dist worksteal
 test: build
-	$(PY) -m pytest; rc=$$?; if [ $$rc -eq 5 ]; then exit 0; fi; exit $$rc
+	$(PY) -m pytest $(PYTEST_XDIST) $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then exit 0; fi; exit $$rc
 
+# The same without the tests marked slow.
 test-fast: build
-	$(PY) -m pytest -m "not slow"
+	$(PY) -m pytest $(PYTEST_XDIST) -m "not slow" $(PYTEST_ARGS); rc=$$?; if [ $$rc -eq 5 ]; then exit 0; fi; exit $$rc
 
 bench: build
 	$(PY) bench/run.py

@@ -8,9 +8,12 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 EXAMPLES = sorted((ROOT / "examples").glob("*.py"))
+SLOW_EXAMPLES = {"resnet18_onnx.py"}   # exports, compiles and runs a whole ResNet-18
 
 
-@pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
+@pytest.mark.parametrize("path", [pytest.param(p, id=p.name,
+                                               marks=[pytest.mark.slow] if p.name in SLOW_EXAMPLES else [])
+                                  for p in EXAMPLES])
 def test_example_runs(path, tmp_path):
     proc = subprocess.run([sys.executable, str(path)], cwd=tmp_path, capture_output=True,
                           text=True, timeout=600)

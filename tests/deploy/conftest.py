@@ -9,19 +9,15 @@ examples/c/export_mlp.py) and writes, into a session tmp dir:
 - the input, each parameter and the expected output (the Python VM's result) as raw
   little-endian float32 files (``*.bin``, C order) and as ``.npy``.
 
-``runtime_build`` builds runtime_c (``make -C runtime_c all asan``, under a file lock) and returns
-its include dir and copies of its libraries; ``runtime_make(*targets)`` runs other targets
-under the same lock.
+``runtime_build`` builds runtime_c (``make -C runtime_c all asan``, under the build lock of
+tests/conftest.py) and returns its include dir and copies of its libraries; ``runtime_make``
+(tests/conftest.py) runs other targets under the same lock.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import fcntl
 import importlib.util
 import pathlib
-import shutil
-import subprocess
 from typing import List, Tuple
 
 import numpy as np
@@ -70,47 +66,14 @@ class RuntimeBuild:
     libs: Tuple[str, ...] = ("-ldl", "-lpthread", "-lm")
 
 
-@contextlib.contextmanager
-def _runtime_lock():
-    """An exclusive lock on runtime_c/build, so test sessions running at once (several deploy
-    test files, other sessions on the same tree) never build the same objects concurrently."""
-    (RUNTIME / "build").mkdir(exist_ok=True)
-    with open(RUNTIME / "build" / ".make.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
-def _make(*targets: str) -> None:
-    subprocess.run(["make", "-s", "-C", str(RUNTIME), *targets], check=True,
-                   stdout=subprocess.DEVNULL, timeout=600)
-
-
 @pytest.fixture(scope="session")
-def runtime_make():
-    """``runtime_make("single", copy={"single/libkiln_runtime.a": dest})`` runs
-    ``make -C runtime_c single`` and copies build outputs (paths relative to runtime_c/build),
-    all under the build lock."""
-    def run(*targets: str, copy=None) -> None:
-        with _runtime_lock():
-            _make(*targets)
-            for rel, dest in (copy or {}).items():
-                shutil.copyfile(RUNTIME / "build" / rel, dest)
-    return run
-
-
-@pytest.fixture(scope="session")
-def runtime_build(tmp_path_factory) -> RuntimeBuild:
-    """The runtime built from this tree; its libraries are copied (under the lock) into a
-    session dir so a rebuild by anyone else cannot change them under the tests."""
+def runtime_build(tmp_path_factory, runtime_make) -> RuntimeBuild:
+    """The runtime built from this tree; its libraries are copied (under the build lock, see
+    tests/conftest.py) into a session dir so a rebuild by anyone else cannot change them under
+    the tests."""
     out = tmp_path_factory.mktemp("runtime")
-    (out / "asan").mkdir()
-    with _runtime_lock():
-        _make("all", "asan")
-        for rel in ["libkiln_runtime.so", "libkiln_runtime.a", "asan/libkiln_runtime.a"]:
-            shutil.copyfile(RUNTIME / "build" / rel, out / rel)
+    runtime_make("all", "asan", copy={rel: out / rel for rel in
+                                      ["libkiln_runtime.so", "libkiln_runtime.a", "asan/libkiln_runtime.a"]})
     return RuntimeBuild(RUNTIME / "include", out / "libkiln_runtime.so", out / "libkiln_runtime.a",
                         out / "asan" / "libkiln_runtime.a")
 

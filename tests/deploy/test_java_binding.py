@@ -32,16 +32,24 @@ def _java_home():
 
 
 @pytest.fixture(scope="session")
-def java_build():
+def java_build(build_lock, tmp_path_factory):
+    """Builds bindings/java (its make also asks runtime_c's) under the build lock and copies
+    the jar, the JNI library and the compiled example into a session dir, so parallel workers
+    and other sessions never rebuild them under a running JVM."""
     home = _java_home()
     if home is None or not (home / "bin" / "javac").exists():
         pytest.skip("no JDK (javac) found")
     if shutil.which(os.environ.get("CC", "cc")) is None:
         pytest.skip("needs a C compiler (cc) for libkiln_jni.so")
-    subprocess.run(["make", "-s", "-C", str(JAVA_DIR), "all", "example"], check=True,
-                   timeout=300, env={**os.environ, "JAVA_HOME": str(home)})
-    return {"jar": BUILD / "kiln.jar", "lib": BUILD / "libkiln_jni.so",
-            "examples": BUILD / "examples", "java": home / "bin" / "java"}
+    out = tmp_path_factory.mktemp("java")
+    with build_lock():
+        subprocess.run(["make", "-s", "-C", str(JAVA_DIR), "all", "example"], check=True,
+                       timeout=300, env={**os.environ, "JAVA_HOME": str(home)})
+        shutil.copyfile(BUILD / "kiln.jar", out / "kiln.jar")
+        shutil.copyfile(BUILD / "libkiln_jni.so", out / "libkiln_jni.so")
+        shutil.copytree(BUILD / "examples", out / "examples")
+    return {"jar": out / "kiln.jar", "lib": out / "libkiln_jni.so", "lib_dir": out,
+            "examples": out / "examples", "java": home / "bin" / "java"}
 
 
 def _deterministic(k, shape):
@@ -60,9 +68,8 @@ def _mlp_numpy(x, w1, b1, w2, b2):
 def test_run_model_example(java_build, mlp_artifact):
     cp = os.pathsep.join([str(java_build["jar"]), str(java_build["examples"])])
     proc = subprocess.run(
-        [str(java_build["java"]), "-Xcheck:jni", "-cp", cp, f"-Djava.library.path={BUILD}",
-         "RunModel",
-         str(mlp_artifact.so_path)],
+        [str(java_build["java"]), "-Xcheck:jni", "-cp", cp,
+         f"-Djava.library.path={java_build['lib_dir']}", "RunModel", str(mlp_artifact.so_path)],
         capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "WARNING" not in proc.stdout + proc.stderr  # -Xcheck:jni found no JNI misuse
@@ -87,7 +94,7 @@ def jvm(java_build):
     if not jpype.isJVMStarted():
         libjvm = _java_home() / "lib" / "server" / "libjvm.so"
         jpype.startJVM(str(libjvm) if libjvm.exists() else jpype.getDefaultJVMPath(),
-                       f"-Djava.library.path={BUILD}",
+                       f"-Djava.library.path={java_build['lib_dir']}",
                        f"-Dkiln.jni.library={java_build['lib']}",
                        classpath=[str(java_build["jar"])], convertStrings=True)
     try:

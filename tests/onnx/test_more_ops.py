@@ -153,14 +153,17 @@ def test_inverse_trig_precision(op, lo, hi):
     run_both(h.make_node(op, ["x"], ["y"]), {"x": x}, rtol=2e-6, atol=2e-7)
 
 
+# The cubic kernels take far longer to compile than the rest (tens of seconds): marked slow.
 @pytest.mark.parametrize("mode,padding,ac", [("linear", "zeros", 0), ("nearest", "reflection", 0),
-                                             ("cubic", "reflection", 1), ("linear", "border", 1)])
+                                             pytest.param("cubic", "reflection", 1, marks=pytest.mark.slow),
+                                             ("linear", "border", 1)])
 def test_grid_sample(mode, padding, ac):
     x, grid = rand(2, 3, 5, 6), (1.4 * rand(2, 4, 7, 2)).clip(-1.6, 1.6)
     run_both(h.make_node("GridSample", ["x", "g"], ["y"], mode=mode, padding_mode=padding, align_corners=ac),
              {"x": x, "g": grid}, opset=20)
 
 
+@pytest.mark.slow
 def test_grid_sample_cubic_border_follows_the_onnx_reference():
     """onnxruntime does not move out-of-border coordinates before the cubic taps (it differs
     from onnx.reference by up to 0.2 here); Kiln follows the reference."""

@@ -274,6 +274,7 @@ def test_torch_mlp_dynamic_batch(tmp_path):
     check_sizes(m, [(2, 3, 4), (9, 3, 4)])
 
 
+@pytest.mark.slow
 def test_torch_transformer_block_dynamic_batch_and_seq(tmp_path):
     torch.manual_seed(0)
     m = _export(_Block(), torch.randn(2, 5, 16), {0: "B", 1: "T"}, tmp_path / "block.onnx")

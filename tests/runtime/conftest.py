@@ -8,6 +8,8 @@ import sysconfig
 
 import pytest
 
+from build_lock import repo_build_lock
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 RUNTIME = ROOT / "runtime_c"
 HERE = pathlib.Path(__file__).resolve().parent
@@ -24,12 +26,17 @@ VARIANTS = {
 
 def _ensure_extension():
     """Rebuilds kiln._ffi when it is older than the runtime sources, so these tests always run
-    the C code in the tree."""
+    the C code in the tree. Under the build lock, so parallel workers build it once."""
     target = ROOT / "compiler" / "kiln" / ("_ffi" + sysconfig.get_config_var("EXT_SUFFIX"))
     sources = [*RUNTIME.glob("src/*.[ch]"), *RUNTIME.glob("include/*.h"), RUNTIME / "build_ffi.py"]
-    if not target.exists() or target.stat().st_mtime < max(p.stat().st_mtime for p in sources):
-        subprocess.run([sys.executable, str(RUNTIME / "build_ffi.py")], check=True,
-                       stdout=subprocess.DEVNULL, timeout=300)
+
+    def stale():
+        return not target.exists() or target.stat().st_mtime < max(p.stat().st_mtime for p in sources)
+    if stale():
+        with repo_build_lock():
+            if stale():  # not rebuilt by another worker while this one waited
+                subprocess.run([sys.executable, str(RUNTIME / "build_ffi.py")], check=True,
+                               stdout=subprocess.DEVNULL, timeout=300)
 
 
 _ensure_extension()

@@ -15,12 +15,12 @@ RUNTIME = HERE.parents[1] / "runtime_c"
     ("asan", ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined"]),
     ("tsan", ["-fsanitize=thread"]),
 ])
-def test_c_api_under_sanitizer(kernel_libs, tmp_path, sanitizer, flags):
-    subprocess.run(["make", "-s", "-j2", "-C", str(RUNTIME), sanitizer], check=True)
+def test_c_api_under_sanitizer(kernel_libs, runtime_make, tmp_path, sanitizer, flags):
+    archive = tmp_path / "libkiln_runtime.a"
+    runtime_make(sanitizer, copy={f"{sanitizer}/libkiln_runtime.a": archive})
     exe = tmp_path / "runtime_test"
     subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-g", "-O1", *flags,
-                    f"-I{RUNTIME / 'include'}", str(HERE / "runtime_test.c"),
-                    str(RUNTIME / "build" / sanitizer / "libkiln_runtime.a"), "-o", str(exe),
+                    f"-I{RUNTIME / 'include'}", str(HERE / "runtime_test.c"), str(archive), "-o", str(exe),
                     "-ldl", "-lpthread", "-lm"], check=True)
     env = dict(os.environ, ASAN_OPTIONS="detect_leaks=1", TSAN_OPTIONS="halt_on_error=1",
                UBSAN_OPTIONS="print_stacktrace=1")

@@ -18,15 +18,17 @@ RUNTIME = HERE.parents[1] / "runtime_c"
     ("asan", ["-fsanitize=address,undefined", "-fno-sanitize-recover=undefined"]),
     ("tsan", ["-fsanitize=thread"]),
 ])
-def test_vm_under_sanitizer(kernel_libs, build_model, fixture_spec, if_spec, tmp_path, sanitizer, flags):
-    subprocess.run(["make", "-s", "-j4", "-C", str(RUNTIME), sanitizer], check=True)
+def test_vm_under_sanitizer(kernel_libs, build_model, fixture_spec, if_spec, runtime_make, tmp_path,
+                            sanitizer, flags):
+    archive = tmp_path / "libkiln_runtime.a"
+    runtime_make(sanitizer, copy={f"{sanitizer}/libkiln_runtime.a": archive})
     blob = serialize(fixture_spec())
     (tmp_path / "blob.bin").write_bytes(blob)
     (tmp_path / "if_blob.bin").write_bytes(serialize(if_spec()))
     exe = tmp_path / "vm_test"
     subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-g", "-O1", *flags,
                     f"-I{RUNTIME / 'include'}", str(HERE / "vm_test.c"),
-                    str(RUNTIME / "build" / sanitizer / "libkiln_runtime.a"), "-o", str(exe),
+                    str(archive), "-o", str(exe),
                     "-ldl", "-lpthread", "-lm"], check=True)
     # Corrupted executables may ask for absurd sizes: those allocations must fail cleanly.
     limits = "allocator_may_return_null=1:max_allocation_size_mb=256"
