@@ -52,7 +52,7 @@ def schedule_winograd(ctx: Optional[PassContext] = None) -> Pass:
     def run(mod: IRModule) -> IRModule:
         funcs = {}
         for name, f in mod.functions.items():
-            rule = _RULES.get(dict(f.attrs).get(kernels.ATTR_ANCHOR)) \
+            rule = RULES.get(dict(f.attrs).get(kernels.ATTR_ANCHOR)) \
                 if isinstance(f, PrimFunc) else None
             if rule is not None and needs_schedule(f):
                 f = schedule_transform(f, ctx)
@@ -68,7 +68,7 @@ def schedule_transform(func: PrimFunc, ctx: Optional[PassContext] = None,
     record's values, a tuner's samples). A kernel the rule does not fit is returned unchanged
     (``default_schedule`` takes it)."""
     ctx = context(ctx)
-    rule = _RULES[dict(func.attrs)[kernels.ATTR_ANCHOR]]
+    rule = RULES[dict(func.attrs)[kernels.ATTR_ANCHOR]]
     decide = Decisions(decisions.fixed, decisions.sampler) if decisions else Decisions()
     try:
         scheduled, desc = rule(func, ctx, decide)
@@ -200,4 +200,6 @@ def _schedule_output(func: PrimFunc, ctx: PassContext, decide: Decisions) -> Tup
     return sch.func, ", ".join(parts)
 
 
-_RULES = {INPUT: _schedule_input, OUTPUT: _schedule_output}
+# The rules by kernel anchor (``kiln.anchor``): ``rule(func, ctx, decide) -> (func, description)``,
+# the signature of ``default_schedule``'s rules, so its dispatch can call them directly.
+RULES = {INPUT: _schedule_input, OUTPUT: _schedule_output}
