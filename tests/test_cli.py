@@ -201,3 +201,22 @@ def test_if_model_compiles_with_private_branches_or_a_const_input(tmp_path):
     assert "functions: 1" in proc.stdout and "flag" not in proc.stdout
     proc = kiln_cli("compile", model, "--const-input", "flag")
     assert proc.returncode == 2 and "expected NAME=VALUE" in proc.stderr
+
+
+def test_compile_schedules_for_the_given_target(tmp_path):
+    """``--target`` reaches the pipeline too: an AVX2 target (which every CPU here runs) gets
+    AVX2 tiles and the library runs and matches the host build."""
+    model = small_cnn(tmp_path / "m.onnx")
+    for name, target in (("avx2", "llvm -mcpu=haswell"), ("host", "llvm")):
+        proc = kiln_cli("compile", model, "--shape", "x=2,3,8,8", "--target", target,
+                        "-o", tmp_path / f"{name}.so")
+        assert proc.returncode == 0, proc.stderr
+    x = np.random.default_rng(0).standard_normal((2, 3, 8, 8)).astype("float32")
+    np.save(tmp_path / "x.npy", x)
+    outs = []
+    for name in ("avx2", "host"):
+        proc = kiln_cli("run", tmp_path / f"{name}.so", "--input", f"x={tmp_path / 'x.npy'}",
+                        "--output", tmp_path / f"{name}.npy")
+        assert proc.returncode == 0, proc.stderr
+        outs.append(np.load(tmp_path / f"{name}.npy"))
+    np.testing.assert_allclose(outs[0], outs[1], rtol=1e-5, atol=1e-5)

@@ -189,9 +189,13 @@ def cmd_compile(args) -> int:
         mod = kiln.transform.bind_params("main", params)(mod)
     with step(f"running pipeline {args.pipeline!r}"):
         try:
-            pipeline = kiln.get_pipeline(args.pipeline)
+            pipeline = kiln.get_pipeline(args.pipeline, target=args.target)
         except ValueError as e:
             raise CLIError(str(e)) from None
+        except Exception as e:
+            if type(e).__name__ == "CodegenError":   # a bad --target
+                raise CLIError(str(e)) from None
+            raise
         mod = pipeline(mod)
     options = BuildOptions(cache_dir=args.cache_dir) if args.cache_dir else None
     with step(f"compiling for {args.target!r}"):
