@@ -86,13 +86,15 @@ def run(names=None, rounds: int = 15, tile: int = 4) -> list[dict]:
             for k, us in vm_w.profile("main", xa).kernels.items():
                 prof.setdefault(k, []).append(us)
         share = {_stage(k): statistics.median(v) / 1e3 for k, v in prof.items()}
-        call = next(bd.value for bd in mod["main"].bindings() if getattr(bd.value, "op", "") == "conv2d")
+        call = next(bd.value for bd in mod["main"].bindings()
+                    if getattr(bd.value, "op", "") == "conv2d")
         plan = conv_plan(call)
         rows.append({"layer": name, "tile": tile, "direct_ms": statistics.median(t_d) * 1e3,
                      "winograd_ms": statistics.median(t_w) * 1e3,
                      "speedup": statistics.median(t_d) / statistics.median(t_w),
                      "best_speedup": min(t_d) / min(t_w),
-                     "est_speedup": plan.speedup(tile), "rule": plan.choice(), "max_rel_err": f"{err:.1e}",
+                     "est_speedup": plan.speedup(tile), "rule": plan.choice(),
+                     "max_rel_err": f"{err:.1e}",
                      "kernels_ms": ", ".join(f"{k} {v:.3f}" for k, v in share.items())})
     kiln.set_num_threads(0)
     return rows
@@ -128,7 +130,8 @@ def resnet18(rounds: int = 10) -> dict:
         mod = kiln.transform.bind_params("main", params)(mod)
         opts = ort.SessionOptions()
         opts.intra_op_num_threads = 1
-        sess = ort.InferenceSession(proto.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        sess = ort.InferenceSession(proto.SerializeToString(), opts,
+                                    providers=["CPUExecutionProvider"])
     chosen = []
 
     def choose(call, plan):
@@ -157,7 +160,8 @@ def resnet18(rounds: int = 10) -> dict:
     return {"direct_ms": statistics.median(t_d) * 1e3, "winograd_ms": statistics.median(t_w) * 1e3,
             "ort_ms": statistics.median(t_o) * 1e3,
             "speedup": statistics.median(t_d) / statistics.median(t_w),
-            "winograd_vs_direct_max_abs": float(np.abs(y_w - y_d).max()), "logit_scale": float(scale),
+            "winograd_vs_direct_max_abs": float(np.abs(y_w - y_d).max()),
+            "logit_scale": float(scale),
             "winograd_vs_ort_max_abs": float(np.abs(y_w - y_o).max()),
             "direct_vs_ort_max_abs": float(np.abs(y_d - y_o).max()),
             "top1_same": int(y_w.argmax()) == int(y_o.argmax()) == int(y_d.argmax()),

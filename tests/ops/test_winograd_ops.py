@@ -91,7 +91,8 @@ def test_winograd_gemm(check_op, rand):
 
 
 @pytest.mark.parametrize("m_shape,attrs", [
-    ((6, 6, 4, 3), {"out_size": (7, 7), "tile": 4}), ((4, 4, 8, 2), {"out_size": (3, 4), "tile": 2}),
+    ((6, 6, 4, 3), {"out_size": (7, 7), "tile": 4}),
+    ((4, 4, 8, 2), {"out_size": (3, 4), "tile": 2}),
     ((6, 6, 2, 5), {"out_size": (1, 1), "tile": 4})])
 def test_winograd_output(m_shape, attrs, check_op, rand):
     check_op("winograd_output", [rand(m_shape, seed=7)], attrs, rtol=1e-5, atol=1e-4)

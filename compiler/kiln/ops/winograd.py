@@ -306,7 +306,8 @@ def _output_geometry(op, mt, attrs):
         raise error(op, f"tile={m!r} is not supported; expected one of {sorted(POINTS)}")
     shape = mt.static_shape()
     if shape is None or len(shape) != 4 or shape[0] != m + 2 or shape[1] != m + 2:
-        raise error(op, f"expects [alpha, alpha, T, O] with alpha = {m + 2}, got {shape_str(mt.shape)}")
+        raise error(op, f"expects [alpha, alpha, T, O] with alpha = {m + 2}, got "
+                        f"{shape_str(mt.shape)}")
     if a["out_size"] is None:
         raise error(op, "attribute out_size= is required")
     oh, ow = _tuple(op, "out_size", a["out_size"], 2)
@@ -348,7 +349,8 @@ def _compute_output(args, attrs):
 
 def _ref_output(mt, out_size=None, tile=4):
     n_img, o, m, (oh, ow), (th, tw) = _output_geometry(
-        "winograd_output", TensorType(mt.shape, str(mt.dtype)), {"out_size": out_size, "tile": tile})
+        "winograd_output", TensorType(mt.shape, str(mt.dtype)),
+        {"out_size": out_size, "tile": tile})
     at = matrices_f64(m)[0]
     alpha = m + 2
     mm = mt.astype(np.float64).reshape(alpha, alpha, n_img, th, tw, o)

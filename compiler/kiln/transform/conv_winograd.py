@@ -32,7 +32,7 @@ tiles), and for partial tiles on small images (a 7x7 output takes 2x2 tiles of 4
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Callable, Optional, Sequence, Tuple
 
 from ..ir import IRModule
 from ..ir.graph import Binding, Call, Constant, GraphVar, TensorType
@@ -40,6 +40,9 @@ from ..ops import call as op_call
 from ..ops import winograd
 from .graph_util import graph_functions, rewrite_function
 from .infra import Pass, PassContext, context
+
+if TYPE_CHECKING:
+    from ..schedule.decisions import Decisions
 
 TILES = (4, 2)
 
@@ -165,6 +168,7 @@ def conv_winograd(ctx: Optional[PassContext] = None,
     (default: ``plan.choice()``, the cost rule); ``tiles`` are the sizes the plan estimates."""
     ctx = context(ctx)
     decide = choose or (lambda _call, plan: plan.choice())
+    rewritten = []
 
     def visit(b: Binding, em, _block) -> None:
         call = b.value
@@ -184,8 +188,6 @@ def conv_winograd(ctx: Optional[PassContext] = None,
         em.emit_value(b.var, op_call("winograd_output", m, out_size=(oh, ow), tile=tile))
         rewritten.append(b.var)
 
-    rewritten = []
-
     def run(mod: IRModule) -> IRModule:
         out = mod
         for name, func in graph_functions(mod):
@@ -197,7 +199,8 @@ def conv_winograd(ctx: Optional[PassContext] = None,
     return Pass("conv_winograd", run)
 
 
-def decided(decisions_for: Callable[[Call], "Decisions"]) -> Callable[[Call, ConvPlan], Optional[int]]:
+def decided(decisions_for: Callable[[Call], "Decisions"]
+            ) -> Callable[[Call, ConvPlan], Optional[int]]:
     """A ``choose`` for ``conv_winograd`` that states each conv's choice as the named decision
     ``winograd`` (``kiln.schedule.decisions``): 0 (the direct conv) or a tile size, the cost
     rule's pick by default. ``decisions_for(call)`` gives the ``Decisions`` of that conv (a

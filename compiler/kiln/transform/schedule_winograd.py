@@ -75,7 +75,8 @@ def schedule_transform(func: PrimFunc, ctx: Optional[PassContext] = None,
     except ScheduleError:
         return func
     if decisions is not None:
-        decisions.made, decisions.options, decisions.stale = decide.made, decide.options, decide.stale
+        decisions.made, decisions.options = decide.made, decide.options
+        decisions.stale = decide.stale
     attrs = dict(scheduled.attrs)
     attrs[kernels.ATTR_SCHEDULE] = desc
     attrs[getattr(kernels, "ATTR_DECISIONS", "kiln.decisions")] = decide.text()
