@@ -35,10 +35,9 @@ from ..ir import IRModule, PrimFunc
 from ..schedule import LoopRV, Schedule, ScheduleError
 from ..schedule.decisions import Decisions
 from . import kernels
-from .default_schedule import needs_schedule
 from .infra import Pass, PassContext, context
-from .schedule_rules import (block_infos, consumers, find, inline_intermediates, loop_rvs,
-                             params_of, static_extent)
+from .schedule_rules import (consumers, find, inline_intermediates, loop_rvs, params_of,
+                             serial_loops_only, static_extent)
 
 INPUT, OUTPUT = "winograd_input", "winograd_output"
 PAD, ROWS, OUT_ROWS = "winograd_pad", "winograd_rows", "winograd_out_rows"
@@ -54,7 +53,8 @@ def schedule_winograd(ctx: Optional[PassContext] = None) -> Pass:
         for name, f in mod.functions.items():
             rule = RULES.get(dict(f.attrs).get(kernels.ATTR_ANCHOR)) \
                 if isinstance(f, PrimFunc) else None
-            if rule is not None and needs_schedule(f):
+            if rule is not None and kernels.ATTR_SCHEDULE not in dict(f.attrs) \
+                    and serial_loops_only(f):
                 f = schedule_transform(f, ctx)
             funcs[name] = f
         return IRModule(funcs, mod.attrs)
