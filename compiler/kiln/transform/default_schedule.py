@@ -9,6 +9,8 @@ hand-written schedules are left alone) is scheduled with ``kiln.Schedule``:
 
    - ``elementwise`` (no reduction): loops fused, an inner chunk of 16 (8, 4) vectorized, the
      rest parallel when the kernel is big enough (``schedule_rules.schedule_spatial``);
+   - ``winograd input`` / ``winograd output`` (the transforms of a Winograd conv,
+     ``schedule_winograd.py``; its contraction is a ``matmul`` below);
    - ``conv nchwc`` (a conv2d computed channel-blocked, ``conv_blocked.py``): a tile of
      output pixels x a block of output channels, vectorized over the channels
      (``schedule_conv.py``);
@@ -45,12 +47,14 @@ from ..ir import IRModule, PrimFunc
 from ..schedule import Schedule
 from ..schedule.decisions import Decisions
 from .infra import Pass, PassContext, context
-from .kernels import ATTR_DECISIONS, ATTR_SCHEDULE, ATTR_SCHEDULED_FOR, PACK_ANNOTATION
+from .kernels import (ATTR_ANCHOR, ATTR_DECISIONS, ATTR_SCHEDULE, ATTR_SCHEDULED_FOR,
+                      PACK_ANNOTATION)
 from .schedule_rules import (block_infos, consumers, has_select, inline_intermediates,
                              schedule_reduction, schedule_spatial, serial_loops_only)
 from .schedule_conv import find_blocked_conv, schedule_blocked_conv
 from .schedule_pool import pool_block, schedule_pool
 from .schedule_tile import analyze_contraction, schedule_contraction
+from .schedule_winograd import RULES as WINOGRAD_RULES
 
 
 def default_schedule(ctx: Optional[PassContext] = None) -> Pass:
@@ -124,6 +128,9 @@ def _start(func: PrimFunc) -> Schedule:
 
 
 def _by_kind(func: PrimFunc, ctx: PassContext, decide: Decisions) -> Tuple[PrimFunc, str]:
+    rule = WINOGRAD_RULES.get(dict(func.attrs).get(ATTR_ANCHOR))
+    if rule is not None:        # a Winograd transform kernel (schedule_winograd.py)
+        return rule(func, ctx, decide)
     if find_blocked_conv(func) is not None:
         return schedule_blocked_conv(func, ctx, decide)
     sch = _start(func)

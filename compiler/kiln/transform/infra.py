@@ -51,6 +51,9 @@ class PassContext:
     - ``conv_blocking``: a float32 conv2d with a constant weight is computed in blocks of
       output channels (NCHW[x]c, vectorized over channels; ``conv_blocked.py``); False keeps
       every conv2d in NCHW, vectorized over the output width.
+    - ``winograd``: the default pipeline computes 3x3 stride-1 convs with a constant weight
+      as Winograd F(4x4, 3x3) where its cost rule expects it to be faster
+      (``conv_winograd.py``, docs/winograd.md).
     - ``vector_lanes``: elements per vector chunk in elementwise / reduction kernels (derived:
       two registers' worth).
     - ``vectorize_reductions``: reductions over a contiguous row (softmax, layer_norm) are
@@ -76,6 +79,7 @@ class PassContext:
     simd_lanes: Optional[int] = None
     min_accumulators: Optional[int] = None
     conv_blocking: bool = True
+    winograd: bool = True
     vector_lanes: Optional[int] = None
     vectorize_reductions: bool = True
     parallel_min_elements: int = 16384

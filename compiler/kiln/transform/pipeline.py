@@ -12,6 +12,9 @@
                              references, before anything else sees them
     eliminate_common_subexpr merge identical calls ...
     dead_code_elimination    ... and drop what is left unused, so fusion sees true use counts
+    conv_winograd            3x3 stride-1 convs with a constant weight that the cost rule
+                             says are faster as Winograd F(4x4, 3x3) become its three
+                             operators (docs/winograd.md; PassContext(winograd=False): off)
     fuse_ops                 operator groups -> one tensor program each (weights of
                              linear/matmul that are constants get a pack call_tir)
     legalize                 the remaining single operators -> tensor programs
@@ -31,6 +34,7 @@ from typing import Callable, Dict, List, Optional
 from .dead_code_elimination import dead_code_elimination
 from .default_schedule import default_schedule
 from .eliminate_common_subexpr import eliminate_common_subexpr
+from .conv_winograd import conv_winograd
 from .fold_constant import fold_constant
 from .fuse_ops import fuse_ops
 from .infra import Pass, PassContext, Sequential, context
@@ -47,6 +51,7 @@ def _default(ctx: PassContext) -> List[Pass]:
         fold_constant(ctx),
         eliminate_common_subexpr(),
         dead_code_elimination(),
+        *([conv_winograd(ctx)] if ctx.winograd else []),
         fuse_ops(ctx),
         legalize(ctx),
         fold_constant(ctx),
