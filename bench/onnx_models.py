@@ -1,4 +1,4 @@
-"""ONNX models (ResNet-18, MobileNetV2, a GPT-2-style decoder; seeded random weights, exported
+"""ONNX models (an MLP 784-256-10, ResNet-18, MobileNetV2, a GPT-2-style decoder; seeded random weights, exported
 from PyTorch at opset 17 by tests/onnx_models/onnx_model_zoo.py) through ``kiln compile`` and
 Kiln's VM, against onnxruntime (CPU, all graph optimisations, the same intra-op thread count)
 in the same process.
@@ -7,7 +7,8 @@ in the same process.
   timed by the ``kiln compile`` steps (Python start-up and imports not included);
 - ``compile_peak_mb``: peak resident memory (VmHWM) of that ``kiln compile`` process, everything
   included (interpreter, numpy, onnx, LLVM, the weights);
-- ``kiln_ms`` / ``ort_ms``: best-of-``repeat`` latency of one inference (batch 1), threads 1 and 2;
+- ``kiln_ms`` / ``ort_ms``: median latency of one inference (batch 1), threads 1 and 2, the two
+  systems timed in alternating rounds (``alternate``); ``kiln/ort`` below 1: Kiln is faster;
 - after the table: the per-kernel profile of ResNet-18 (``vm.profile``), top kernels by time.
 """
 from __future__ import annotations
@@ -27,7 +28,7 @@ sys.path.insert(0, os.path.join(HERE, "..", "tests", "onnx_models"))
 
 import onnx_model_zoo as zoo  # noqa: E402
 
-MODELS = ("resnet18", "mobilenet_v2", "gpt2")
+MODELS = ("mlp", "resnet18", "mobilenet_v2", "gpt2")
 
 
 _CHILD = """import sys
@@ -54,9 +55,30 @@ def compile_child(model_path: str, lib_path: str, cache_dir: str) -> tuple:
     return sum(steps[1:]), peak_mb   # steps[0] reads the file
 
 
-def run(names=MODELS, threads=(1, 2), repeat: int = 10, profile_top: int = 10) -> list[dict]:
-    from harness import time_best
+def alternate(fns: dict, rounds: int = 7, per_round: int = 10) -> dict:
+    """Median seconds of each of ``fns`` (name -> callable), timed in alternating rounds: each
+    round runs every function ``per_round`` times (after one warm-up call) and keeps its
+    median; the result is the median of the rounds. Alternating means a burst of load on the
+    machine hits both systems alike, so the ratio stays meaningful on a noisy machine."""
+    import statistics
+    import time
+    per = {k: [] for k in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            fn()
+            ts = []
+            for _ in range(per_round):
+                t0 = time.perf_counter()
+                fn()
+                ts.append(time.perf_counter() - t0)
+            per[name].append(statistics.median(ts))
+    return {k: statistics.median(v) for k, v in per.items()}
 
+
+def run(names=MODELS, threads=(1, 2), repeat: int = 10, profile_top: int = 10) -> list[dict]:
+    """One row per model and thread count: median latency of Kiln and onnxruntime from
+    ``alternate`` (``repeat`` calls per round), their ratio (below 1: Kiln faster), and the
+    compile time and peak memory of ``kiln compile`` on the model."""
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
@@ -73,12 +95,13 @@ def run(names=MODELS, threads=(1, 2), repeat: int = 10, profile_top: int = 10) -
             for t in threads:
                 kiln.set_num_threads(t)
                 sess = zoo.ort_session(path, threads=t)
-                t_kiln = time_best(lambda: f(*args), repeat)
-                t_ort = time_best(lambda: sess.run(None, inputs), repeat)
+                med = alternate({"kiln": lambda: f(*args),
+                                 "ort": lambda: sess.run(None, inputs)}, per_round=repeat)
                 rows.append({"model": name, "threads": t, "compile_s": compile_s,
-                             "compile_peak_mb": peak_mb, "kiln_ms": t_kiln * 1e3, "ort_ms": t_ort * 1e3,
-                             "kiln_vs_ort": t_ort / t_kiln})
-            if name == "resnet18":
+                             "compile_peak_mb": peak_mb, "kiln_ms": med["kiln"] * 1e3,
+                             "ort_ms": med["ort"] * 1e3, "kiln/ort": med["kiln"] / med["ort"]})
+                del sess
+            if name == "resnet18" and profile_top:
                 kiln.set_num_threads(threads[-1])
                 report = vm.profile("main", *args)
                 rows_k = sorted((r for r in report.rows if r.kind == "kernel"), key=lambda r: -r.total_us)
@@ -90,3 +113,20 @@ def run(names=MODELS, threads=(1, 2), repeat: int = 10, profile_top: int = 10) -
             del vm, f
     kiln.set_num_threads(0)
     return rows
+
+
+def cpu_name() -> str:
+    """The CPU's model name and its widest vector extensions (for bench/RESULTS.md)."""
+    model, flags = "unknown CPU", set()
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                key, _, value = line.partition(":")
+                if key.strip() == "model name":
+                    model = value.strip()
+                elif key.strip() == "flags":
+                    flags = set(value.split())
+    except OSError:
+        pass
+    simd = [f for f in ("avx2", "fma", "avx512f", "avx512_bf16", "amx_tile") if f in flags]
+    return f"{model} ({', '.join(simd) or 'no AVX'})"

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -32,7 +31,8 @@ def main(argv=None) -> int:
     unknown = [n for n in args.names if n not in BENCHMARKS]
     if unknown:
         p.error(f"unknown benchmark(s) {unknown}; known: {list(BENCHMARKS)}")
-    print(f"# machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores")
+    from onnx_models import cpu_name
+    print(f"# machine: {cpu_name()}, {os.cpu_count()} cores")
     for name in args.names:
         rows = BENCHMARKS[name](args)
         for r in rows:

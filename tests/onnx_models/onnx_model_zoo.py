@@ -175,8 +175,15 @@ def gpt2(vocab: int = 1024, d: int = 256, heads: int = 4, layers: int = 4, seq: 
     return GPT2()
 
 
+# ---- MLP -------------------------------------------------------------------------------------
+def mlp():
+    nn = _torch().nn
+    return nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 10))
+
+
 # name -> (builder, {input name: (shape, dtype)})
 MODELS = {
+    "mlp": (mlp, {"x": ((1, 784), "float32")}),
     "resnet18": (resnet18, {"x": ((1, 3, 224, 224), "float32")}),
     "mobilenet_v2": (mobilenet_v2, {"x": ((1, 3, 224, 224), "float32")}),
     "gpt2": (gpt2, {"idx": ((1, 64), "int64")}),
