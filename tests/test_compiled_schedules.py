@@ -206,10 +206,13 @@ def test_benchmark_matmul_schedule_is_correct():
     import sys, pathlib
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "bench"))
     import matmul as bench_matmul
-    sch = bench_matmul.schedule(bench_matmul.matmul_module(64))
-    a = RNG.standard_normal((64, 64), dtype=np.float32)
-    b = RNG.standard_normal((64, 64), dtype=np.float32)
-    _check(sch.mod, [a, b], [a @ b], rtol=1e-4, atol=1e-4)
+    a = RNG.standard_normal((50, 48), dtype=np.float32)
+    b = RNG.standard_normal((48, 80), dtype=np.float32)
+    for const in (True, False):
+        f, sched = bench_matmul._compiled(bench_matmul.matmul_module(50, 48, 80, b if const else None))
+        assert sched.startswith("matmul: tile"), sched
+        got = f(*([kiln.nd.array(a)] + ([] if const else [kiln.nd.array(b)]))).numpy()
+        np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-4)
 
 
 # ---- conv2d --------------------------------------------------------------------------------
