@@ -1,0 +1,95 @@
+"""Applying tuning records: what ``default_schedule`` does when ``PassContext.tuning_db`` is set.
+
+For each kernel it schedules, ``default_schedule.schedule_kernel`` asks ``recorded(func, ctx)``
+for the best ``"ok"`` record of the key (``workload_hash`` of the unscheduled kernel,
+``ctx.machine.key()``, ``ctx.cores`` as the thread count) and schedules the kernel with
+``Decisions(fixed=record["decisions"])``. A kernel with no record gets the default rule. A
+record that no longer applies (a recorded value that is not among the rule's options any
+more, or a rule that now makes other decisions than the record names) is reported once per
+process with ``warnings.warn`` and the default schedule is used.
+
+The file is read once per change (its size and modification time), not per kernel.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import warnings
+from typing import Any, Dict, Optional, Tuple
+
+from ..ir import PrimFunc
+from ..transform.kernels import ATTR_SCHEDULE
+from .database import Key, index_best, read_records
+from .workload import workload_hash
+
+_cache: Dict[str, Tuple[Tuple[int, int], Dict[Key, Dict[str, Any]]]] = {}
+_warned: set = set()
+_lock = threading.Lock()
+
+
+class StaleRecordWarning(UserWarning):
+    """A tuning record that no longer fits its kernel; the default schedule is used instead."""
+
+
+def best_records(path: str) -> Dict[Key, Dict[str, Any]]:
+    """(workload, target, threads) -> best ``"ok"`` record of the database at ``path``,
+    cached until the file changes. A missing file has no records."""
+    path = os.path.abspath(os.fspath(path))
+    try:
+        st = os.stat(path)
+        stamp = (st.st_mtime_ns, st.st_size)
+    except FileNotFoundError:
+        return {}
+    with _lock:
+        hit = _cache.get(path)
+        if hit is not None and hit[0] == stamp:
+            return hit[1]
+    index = index_best(read_records(path)[0])
+    with _lock:
+        _cache[path] = (stamp, index)
+    return index
+
+
+def recorded(func, ctx) -> Optional[Dict[str, Any]]:
+    """The best record of ``ctx.tuning_db`` for the unscheduled kernel ``func`` on ``ctx``'s
+    target at ``ctx.cores`` threads, or None."""
+    if not ctx.tuning_db:
+        return None
+    key = (workload_hash(func), ctx.machine.key(), int(ctx.cores or 1))
+    return best_records(ctx.tuning_db).get(key)
+
+
+def schedule_from_db(func, ctx):
+    """``func`` scheduled with its best record's decisions, or None when there is no record
+    or the record no longer applies (reported once)."""
+    from ..schedule.decisions import Decisions
+    from ..transform.default_schedule import schedule_kernel
+    rec = recorded(func, ctx)
+    if rec is None:
+        return None
+    d = Decisions(fixed=rec["decisions"])
+    out = schedule_kernel(func, ctx, d)
+    stale = list(d.stale) + sorted(set(rec["decisions"]) - set(d.made))
+    missing = sorted(set(d.made) - set(rec["decisions"]))
+    if stale or missing:
+        _warn_once(rec, stale, missing)
+        return None
+    attrs = dict(out.attrs)
+    attrs[ATTR_SCHEDULE] = f"{attrs.get(ATTR_SCHEDULE, '')}; tuned"
+    return PrimFunc(out.params, out.body, tuple(attrs.items()))
+
+
+def _warn_once(rec: Dict[str, Any], stale, missing) -> None:
+    key = (rec["workload"], rec["target"], rec["threads"])
+    with _lock:
+        if key in _warned:
+            return
+        _warned.add(key)
+    why = []
+    if stale:
+        why.append(f"recorded decisions {stale} are not options of the rule any more")
+    if missing:
+        why.append(f"the rule now also decides {missing}")
+    warnings.warn(f"tuning record for kernel {rec.get('kernel')!r} (workload {rec['workload']}) "
+                  f"no longer applies: {'; '.join(why)}; using the default schedule",
+                  StaleRecordWarning, stacklevel=3)

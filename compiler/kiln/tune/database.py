@@ -1,0 +1,198 @@
+"""The tuning records: a JSON-lines file, one line per measured candidate.
+
+A record (one JSON object per line; ``docs/tuning.md``)::
+
+    {"workload": "3f0c...", "target": "x86_64 v256x16 fma2x4", "threads": 2,
+     "kernel": "fused_matmul_add", "decisions": {"mr": 4, "parallel": 1},
+     "status": "ok", "message": "", "median_s": 0.00123, "min_s": 0.00119,
+     "kiln_version": "0.1.0", "time": 1767225600.0}
+
+``workload`` is ``workload.workload_hash`` of the unscheduled kernel, ``target`` the target's
+``Machine.key()``, ``threads`` the runtime threads it was timed with; the three together key a
+lookup. ``status`` is ``"ok"`` or why the candidate failed (``"build_error"``,
+``"run_error"``, ``"timeout"``, ``"wrong_result"``) with ``message`` saying more; a failed
+record has no times and is never returned as the best.
+
+Records are appended one line per ``os.write`` on a file opened with ``O_APPEND`` under an
+exclusive ``fcntl.flock``, as each measurement finishes: a run stopped by Ctrl-C or a crash
+keeps every record it finished, and several processes can append to one file. A reader skips
+a line it cannot parse (counted in ``Database.skipped``) rather than failing.
+
+>>> db = Database("tuning.jsonl")                                     # doctest: +SKIP
+>>> db.best(workload, "x86_64 v256x16 fma2x4", threads=2)["decisions"]  # doctest: +SKIP
+{'mr': 4, 'parallel': 1}
+"""
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import tempfile
+import time
+from typing import Any, Dict, Iterable, List, Optional, Tuple
+
+STATUSES = ("ok", "build_error", "run_error", "timeout", "wrong_result")
+
+Key = Tuple[str, str, int]
+
+
+def decisions_key(decisions: Dict[str, Any]) -> str:
+    """A canonical text of a decisions map, for deduplication."""
+    return json.dumps(decisions, sort_keys=True, separators=(",", ":"))
+
+
+def make_record(workload: str, target: str, threads: int, kernel: str,
+                decisions: Dict[str, Any], status: str, message: str = "",
+                median_s: Optional[float] = None, min_s: Optional[float] = None,
+                **extra) -> Dict[str, Any]:
+    """A record (module docstring), checked."""
+    from .. import __version__
+    if status not in STATUSES:
+        raise ValueError(f"record status must be one of {STATUSES}, got {status!r}")
+    if status == "ok" and (median_s is None or min_s is None):
+        raise ValueError("an 'ok' record needs median_s and min_s")
+    rec = {"workload": workload, "target": target, "threads": int(threads), "kernel": kernel,
+           "decisions": dict(decisions), "status": status, "message": message,
+           "median_s": median_s, "min_s": min_s, "kiln_version": __version__,
+           "time": round(time.time(), 3)}
+    rec.update(extra)
+    return rec
+
+
+def _valid(rec: Any) -> bool:
+    return (isinstance(rec, dict) and isinstance(rec.get("workload"), str)
+            and isinstance(rec.get("target"), str) and isinstance(rec.get("threads"), int)
+            and isinstance(rec.get("decisions"), dict) and rec.get("status") in STATUSES
+            and (rec["status"] != "ok" or isinstance(rec.get("median_s"), (int, float))))
+
+
+def read_records(path: str) -> Tuple[List[Dict[str, Any]], int]:
+    """(records, lines skipped) of the file at ``path``; no file: no records."""
+    records, skipped = [], 0
+    try:
+        f = open(path, "r", encoding="utf-8")
+    except FileNotFoundError:
+        return records, 0
+    with f:
+        for line in f:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                skipped += 1
+                continue
+            if _valid(rec):
+                records.append(rec)
+            else:
+                skipped += 1
+    return records, skipped
+
+
+class Database:
+    """The records in the file at ``path`` (module docstring). ``append`` writes one record
+    at once; the query methods read the file as it is now."""
+
+    def __init__(self, path):
+        self.path = os.fspath(path)
+        self.skipped = 0
+
+    def append(self, record: Dict[str, Any]) -> None:
+        """Append ``record`` as one line, under an exclusive lock (safe across processes)."""
+        if not _valid(record):
+            raise ValueError(f"not a tuning record: {record!r}")
+        line = (json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n").encode()
+        d = os.path.dirname(os.path.abspath(self.path))
+        os.makedirs(d, exist_ok=True)
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            try:
+                view = memoryview(line)
+                while view:                      # os.write may write less than asked
+                    view = view[os.write(fd, view):]
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+    def records(self) -> List[Dict[str, Any]]:
+        """Every well-formed record, in file order (``skipped`` counts the others)."""
+        fd = None
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+            fcntl.flock(fd, fcntl.LOCK_SH)       # no half-written line from a writer
+            records, self.skipped = read_records(self.path)
+        except FileNotFoundError:
+            records, self.skipped = [], 0
+        finally:
+            if fd is not None:
+                os.close(fd)
+        return records
+
+    def query(self, workload: str, target: str, threads: int) -> List[Dict[str, Any]]:
+        """The records of one workload on one target at one thread count."""
+        return [r for r in self.records() if (r["workload"], r["target"], r["threads"])
+                == (workload, target, int(threads))]
+
+    def best(self, workload: str, target: str, threads: int) -> Optional[Dict[str, Any]]:
+        """The fastest ``"ok"`` record (by median time) for the key, or None."""
+        return best_of(self.query(workload, target, threads))
+
+    def measured(self, workload: str, target: str, threads: int) -> Dict[str, Dict[str, Any]]:
+        """``decisions_key`` -> record of every candidate already measured for the key."""
+        return {decisions_key(r["decisions"]): r for r in self.query(workload, target, threads)}
+
+    def __len__(self) -> int:
+        return len(self.records())
+
+    def __repr__(self) -> str:
+        return f"kiln.tune.Database({self.path!r})"
+
+
+def best_of(records: Iterable[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    """The fastest ``"ok"`` record among ``records`` (by median, then min), or None."""
+    ok = [r for r in records if r.get("status") == "ok" and r.get("median_s") is not None]
+    if not ok:
+        return None
+    return min(ok, key=lambda r: (r["median_s"], r.get("min_s") or r["median_s"]))
+
+
+def index_best(records: Iterable[Dict[str, Any]]) -> Dict[Key, Dict[str, Any]]:
+    """(workload, target, threads) -> the best ``"ok"`` record of each key."""
+    groups: Dict[Key, List[Dict[str, Any]]] = {}
+    for r in records:
+        groups.setdefault((r["workload"], r["target"], r["threads"]), []).append(r)
+    out = {}
+    for k, rs in groups.items():
+        b = best_of(rs)
+        if b is not None:
+            out[k] = b
+    return out
+
+
+def merge(a, b, out) -> int:
+    """Write the records of the files ``a`` and ``b`` (either may be missing) to ``out``
+    (which may be one of them), without exact duplicates; returns how many were written.
+    The output is written to a temporary file and renamed into place."""
+    seen, lines = set(), []
+    for path in (a, b):
+        for rec in read_records(os.fspath(path))[0]:
+            line = json.dumps(rec, sort_keys=True, separators=(",", ":"))
+            if line not in seen:
+                seen.add(line)
+                lines.append(line)
+    out = os.fspath(out)
+    d = os.path.dirname(os.path.abspath(out))
+    os.makedirs(d, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=d, prefix=".merge-", suffix=".jsonl")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write("".join(line + "\n" for line in lines))
+        os.replace(tmp, out)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return len(lines)
