@@ -25,12 +25,14 @@ def _conv_model(x_shape, w_shape, seed=0, **attrs):
         "relu", emit("add", emit("conv2d", x, w, **attrs), b)))
 
 
-def _compile_and_check(mod, x_shape, ctx=None):
-    """The "default" pipeline, compiled and run against the numpy references at 1e-4."""
-    out = kiln.get_pipeline("default", ctx, target=AVX2)(mod)
+def _compile_and_check(mod, x_shape, ctx=None, target=AVX2):
+    """The "default" pipeline for ``target``, compiled and run against the numpy references
+    at 1e-4."""
+    out = kiln.get_pipeline("default", ctx, target=target)(mod)
     args = [np.random.default_rng(7).standard_normal(x_shape).astype("float32")]
     (name,) = kernels(out)
-    np.testing.assert_allclose(run_vm(out, args), reference(mod, args), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(run_vm(out, args, target=target), reference(mod, args),
+                               rtol=1e-4, atol=1e-4)
     return out, name
 
 
@@ -74,6 +76,15 @@ def test_conv_matches_numpy(x_shape, w_shape, attrs, want):
     assert desc.startswith(want), desc
     if want.startswith("conv nchwc"):
         assert "epilogue inlined" in desc, desc
+
+
+@pytest.mark.parametrize("x_shape,w_shape,attrs,want", CASES)
+def test_conv_matches_numpy_with_the_host_tiles(x_shape, w_shape, attrs, want):
+    """The same convs with the tiles of this machine's own target (AVX-512 ones on an
+    AVX-512 host: wider channel blocks, more pixels per tile)."""
+    mod = _conv_model(x_shape, w_shape, **attrs)
+    out, name = _compile_and_check(mod, x_shape, PassContext(winograd=False), target="llvm")
+    assert attr(out[name], "kiln.schedule").split(":")[0] == want.split(":")[0]
 
 
 @pytest.mark.parametrize("x_shape,w_shape,attrs,nhwc", [
