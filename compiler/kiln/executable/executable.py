@@ -158,10 +158,11 @@ class TargetMismatchError(ValueError):
     """A kernel was scheduled for a target of another kind than the one being compiled for."""
 
 
-def schedule_for_target(mod: IRModule, target) -> IRModule:
+def schedule_for_target(mod: IRModule, target, tuning_db=None) -> IRModule:
     """``mod`` with every unscheduled tensor program given the default schedule for
-    ``target``; raises ``TargetMismatchError`` for a kernel whose ``kiln.scheduled_for``
-    fingerprint (``kiln.codegen.machine.Machine.key``) differs from ``target``'s."""
+    ``target`` (or the decisions of its best record in ``tuning_db``, ``kiln.tune``); raises
+    ``TargetMismatchError`` for a kernel whose ``kiln.scheduled_for`` fingerprint
+    (``kiln.codegen.machine.Machine.key``) differs from ``target``'s."""
     from ..codegen.machine import machine_of
     from ..ir.function import PrimFunc
     from ..transform.default_schedule import needs_schedule, schedule_kernel
@@ -181,14 +182,14 @@ def schedule_for_target(mod: IRModule, target) -> IRModule:
                     f"kiln.get_pipeline(\"default\", target=...) or kiln.compile(mod, target, "
                     f"pipeline=\"default\") on the unscheduled module")
             if needs_schedule(f):
-                ctx = ctx or PassContext(target=target)
+                ctx = ctx or PassContext(target=target, tuning_db=tuning_db)
                 f = schedule_kernel(f, ctx)
         funcs[name] = f
     return mod if ctx is None else IRModule(funcs, mod.attrs)
 
 
 def compile(mod: IRModule, target="llvm", pipeline: Union[None, str, Callable] = None,
-            options=None) -> Executable:
+            options=None, tuning_db=None) -> Executable:
     """Compile ``mod`` (graph functions calling tensor programs through ``call_tir`` and
     external functions through ``call_dps_packed``) into an ``Executable`` for ``target``.
 
@@ -201,6 +202,8 @@ def compile(mod: IRModule, target="llvm", pipeline: Union[None, str, Callable] =
     with an error naming both: schedule the module for the target you compile for
     (``kiln.get_pipeline("default", target=...)``).
     ``options`` is a ``kiln.codegen.BuildOptions`` (cache directory, C compiler, opt level).
+    ``tuning_db`` (a path, ``kiln.tune``): kernels scheduled here (by a pipeline given by
+    name, or unscheduled ones) get the best tuning record's decisions where there is one.
     """
     from .. import driver
     from ..codegen.emit import build_library
@@ -209,12 +212,13 @@ def compile(mod: IRModule, target="llvm", pipeline: Union[None, str, Callable] =
     target = parse_target(target)
     if pipeline is not None:
         if isinstance(pipeline, str):
+            from ..transform.infra import PassContext
             from ..transform.pipeline import get_pipeline
-            pipeline = get_pipeline(pipeline, target=target)
+            pipeline = get_pipeline(pipeline, PassContext(tuning_db=tuning_db), target=target)
         mod = pipeline(mod)
     if not isinstance(mod, IRModule):
         raise TypeError(f"kiln.compile takes an IRModule, got {type(mod).__name__}")
-    mod = schedule_for_target(mod, target)
+    mod = schedule_for_target(mod, target, tuning_db)
     spec, plans = lower_module(mod, _canonical_target(target))
     blob = serialize(spec)
     lowered = driver.lower(mod)

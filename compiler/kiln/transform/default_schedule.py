@@ -37,6 +37,9 @@ the fingerprint of the target the schedule was made for
 target it compiles for). Every tile size, vector chunk and channel block comes from the
 ``PassContext`` resolved for that target (``PassContext.resolved``).
 
+With ``PassContext(tuning_db=path)``, a kernel that has a tuning record is scheduled with the
+record's decisions instead of the defaults (``kiln.tune``, docs/tuning.md).
+
 To keep a kernel's schedule, give it a ``kiln.schedule`` attribute (any value).
 """
 from __future__ import annotations
@@ -80,8 +83,14 @@ def schedule_kernel(func: PrimFunc, ctx: Optional[PassContext] = None,
     """``func`` scheduled by its kind, with the ``kiln.schedule``, ``kiln.scheduled_for`` and
     (when a rule made any) ``kiln.decisions`` attributes set. ``decisions`` answers the
     rules' choices (``kiln.schedule.decisions``): the defaults when None, or a record's values,
-    or a tuner's samples."""
+    or a tuner's samples. With ``ctx.tuning_db`` and no ``decisions``, the database's best
+    record for this kernel gives them (``kiln.tune.apply``; no record: the defaults)."""
     ctx = context(ctx)
+    if decisions is None and ctx.tuning_db:
+        from ..tune.apply import schedule_from_db
+        tuned = schedule_from_db(func, ctx)
+        if tuned is not None:
+            return tuned
     why = ""
     for rule in (_by_kind, _generic, _inline_only):
         decide = Decisions(decisions.fixed, decisions.sampler) if decisions else Decisions()

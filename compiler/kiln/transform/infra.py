@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 from dataclasses import dataclass
 from typing import Callable, List, Optional, Sequence
 
@@ -69,6 +70,9 @@ class PassContext:
       reference evaluator, no compiler needed) or ``"build"`` (``kiln.build``, for big folds).
     - ``verify``: ``Sequential`` checks the module's well-formedness after every pass.
     - ``disabled_passes``: names of passes ``Sequential`` skips (``"fuse_ops"``, ...).
+    - ``tuning_db``: a tuning database (JSON lines, ``kiln.tune``): ``default_schedule``
+      schedules each kernel that has a record for this target at ``cores`` threads with the
+      best record's decisions (``kiln.tune.apply``); None: the default rules only.
     """
     target: Optional[object] = None
     prepack_weights: bool = True
@@ -88,6 +92,7 @@ class PassContext:
     fold_backend: str = "evaluator"
     verify: bool = False
     disabled_passes: tuple = ()
+    tuning_db: Optional[str] = None
 
     def __post_init__(self):
         if self.fold_backend not in ("evaluator", "build"):
@@ -101,6 +106,8 @@ class PassContext:
             if not isinstance(v, int) or v < 1:
                 raise ValueError(f"PassContext: {name} must be a positive int, got {v!r}")
         object.__setattr__(self, "disabled_passes", tuple(self.disabled_passes))
+        if self.tuning_db is not None:     # a str, so the context stays hashable
+            object.__setattr__(self, "tuning_db", os.fspath(self.tuning_db))
 
     def replace(self, **changes) -> "PassContext":
         """A copy with some options changed."""
