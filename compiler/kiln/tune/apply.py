@@ -93,3 +93,12 @@ def _warn_once(rec: Dict[str, Any], stale, missing) -> None:
     warnings.warn(f"tuning record for kernel {rec.get('kernel')!r} (workload {rec['workload']}) "
                   f"no longer applies: {'; '.join(why)}; using the default schedule",
                   StaleRecordWarning, stacklevel=3)
+
+
+def describe_applied(mod) -> str:
+    """``"tuning records applied to 2 of 3 kernels: matmul, add"``: which kernels of a
+    scheduled module got their schedule from a record (``kiln.schedule`` ends in ``tuned``)."""
+    kernels = [(n, f) for n, f in mod.functions.items() if isinstance(f, PrimFunc)]
+    tuned = [n for n, f in kernels if str(dict(f.attrs).get(ATTR_SCHEDULE, "")).endswith("; tuned")]
+    return (f"tuning records applied to {len(tuned)} of {len(kernels)} kernels"
+            + (f": {', '.join(tuned)}" if tuned else ""))

@@ -1,0 +1,122 @@
+"""Candidates for one task: the default decisions, random samples, and evolution (mutate one
+decision of a good candidate, cross two over).
+
+Every candidate is made by running the task's schedule rule with a sampler
+(``Decisions(sampler=...)``), so each choice is picked among the options the rule offers *at
+that point* (options depend on earlier choices: a one-row tile adds ``cols``): an illegal or
+inconsistent candidate is never built. A candidate is its ``made`` map; ``Space.propose``
+skips the ones already seen (measured before, in the database, or proposed in this run).
+
+>>> space = Space(task, seed=0)                                  # doctest: +SKIP
+>>> space.default()                                              # doctest: +SKIP
+{'mr': 6, 'parallel': 1}
+>>> space.propose(4, parents=[({'mr': 6, 'parallel': 1}, 1e-4)])  # doctest: +SKIP
+"""
+from __future__ import annotations
+
+import random
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+
+from ..schedule.decisions import Decisions
+from ..transform.default_schedule import schedule_kernel
+from .database import decisions_key
+
+Candidate = Dict[str, Any]
+
+
+class Space:
+    """The decisions of one task's rule (module docstring). ``explore``: the fraction of
+    proposals that are fresh random samples rather than offspring of the best (epsilon-greedy).
+    """
+
+    def __init__(self, task, seed: int = 0, explore: float = 0.25):
+        self.task = task
+        self.rng = random.Random(seed)
+        self.explore = explore
+        self.seen: set = set()
+        self.exhausted = False
+        self._default: Optional[Candidate] = None
+        self.options: Dict[str, List[Any]] = {}
+
+    def _run(self, sampler: Optional[Callable[[str, Sequence[Any], Any], Any]]) -> Candidate:
+        d = Decisions(sampler=sampler)
+        schedule_kernel(self.task.func, self.task.ctx, d)
+        for name, opts in d.options.items():
+            known = self.options.setdefault(name, [])
+            known.extend(o for o in opts if o not in known)
+        return dict(d.made)
+
+    def default(self) -> Candidate:
+        """The heuristic's decisions (what the default pipeline does)."""
+        if self._default is None:
+            self._default = self._run(None)
+        return dict(self._default)
+
+    def mark_seen(self, candidates: Iterable[Candidate]) -> None:
+        for c in candidates:
+            self.seen.add(decisions_key(c))
+
+    def random(self) -> Candidate:
+        return self._run(lambda name, options, default: self.rng.choice(list(options)))
+
+    def mutate(self, parent: Candidate) -> Candidate:
+        """``parent`` with one decision changed to another of its options (later decisions
+        keep the parent's value where it is still an option)."""
+        names = [n for n in parent if len(self.options.get(n, ())) > 1] or list(parent)
+        if not names:
+            return self.random()
+        change = self.rng.choice(names)
+
+        def pick(name, options, default):
+            options = list(options)
+            if name == change:
+                others = [o for o in options if o != parent.get(name)]
+                return self.rng.choice(others or options)
+            if name in parent and parent[name] in options:
+                return parent[name]
+            return self.rng.choice(options)
+        return self._run(pick)
+
+    def crossover(self, a: Candidate, b: Candidate) -> Candidate:
+        """Each decision from ``a`` or ``b`` at random (whichever is an option)."""
+        def pick(name, options, default):
+            options = list(options)
+            first, second = (a, b) if self.rng.random() < 0.5 else (b, a)
+            for p in (first, second):
+                if name in p and p[name] in options:
+                    return p[name]
+            return self.rng.choice(options)
+        return self._run(pick)
+
+    def propose(self, n: int, parents: Sequence[Tuple[Candidate, float]] = (),
+                attempts: int = 20) -> List[Candidate]:
+        """Up to ``n`` candidates not seen before: with probability ``explore`` (or when
+        there are no parents) a random sample, else a mutation of one of the better
+        ``parents`` (``(decisions, seconds)``; tournament of two) or, now and then, a
+        crossover of two. Fewer than ``n`` when ``attempts`` tries per candidate find
+        nothing new; none at all sets ``exhausted``."""
+        ranked = sorted(parents, key=lambda p: p[1])
+        out: List[Candidate] = []
+        for _ in range(n):
+            for _ in range(attempts):
+                c = self._offspring(ranked)
+                k = decisions_key(c)
+                if k not in self.seen:
+                    self.seen.add(k)
+                    out.append(c)
+                    break
+            else:
+                break
+        if not out:
+            self.exhausted = True
+        return out
+
+    def _offspring(self, ranked: Sequence[Tuple[Candidate, float]]) -> Candidate:
+        if not ranked or self.rng.random() < self.explore:
+            return self.random()
+        top = ranked[:max(2, min(8, len(ranked)))]
+        if len(top) >= 2 and self.rng.random() < 0.3:
+            a, b = self.rng.sample(top, 2)
+            return self.crossover(a[0], b[0])
+        x, y = self.rng.choice(top), self.rng.choice(top)
+        return self.mutate(min(x, y, key=lambda p: p[1])[0])

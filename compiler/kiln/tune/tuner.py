@@ -1,0 +1,311 @@
+"""``kiln.tune``: tune every kernel of a model and record each measurement.
+
+For each task (``tasks.extract_tasks``), the default decisions are measured first (the
+baseline; its outputs are the reference every other candidate must match), then candidates
+from ``search.Space`` in small batches. Which task gets the next batch is the one with the
+largest expected gain: calls per model run x its best time x its remaining headroom (the
+headroom shrinks with each batch that brings no improvement). A task stops at ``trials``
+records in the database for its key (earlier runs count: running the same command again
+after an interrupted run resumes it) or when its space has nothing new; everything stops at
+``time_budget_s``. Every result is appended to the database as soon as it is known, so an
+interrupted run keeps what it measured, and a candidate already in the database is never
+measured again (the baseline is re-run for its reference outputs but not recorded twice).
+
+>>> report = kiln.tune(mod, target="llvm", db="tuning.jsonl", trials=32)   # doctest: +SKIP
+>>> print(report)                                                           # doctest: +SKIP
+"""
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from .database import Database, best_of, decisions_key, make_record
+from .measure import Executor, LocalExecutor, MeasureInput, MeasureOptions, MeasureResult
+from .search import Space
+from .tasks import Task, extract_tasks
+
+DEFAULT_TRIALS = 32
+
+
+@dataclass
+class KernelReport:
+    """One kernel's tuning: ``trials`` (records for its key, this run's and earlier ones),
+    ``new`` (measured in this run), ``failed`` (records that failed), the default and best
+    per-call seconds (None when the default could not be measured), the best decisions."""
+    name: str
+    ops: str
+    calls: int
+    workload: str
+    trials: int = 0
+    new: int = 0
+    failed: int = 0
+    default_s: Optional[float] = None
+    best_s: Optional[float] = None
+    best_decisions: Dict[str, Any] = field(default_factory=dict)
+    default_decisions: Dict[str, Any] = field(default_factory=dict)
+    note: str = ""
+    confirmed: bool = False
+
+    @property
+    def speedup(self) -> Optional[float]:
+        if self.default_s and self.best_s:
+            return self.default_s / self.best_s
+        return None
+
+
+@dataclass
+class TuneReport:
+    """What ``tune`` did: per kernel (``kernels``), kernels left out (``skipped``), the model
+    estimate (sum over kernels of calls x time) with default and best schedules, the seconds
+    spent, whether it was interrupted, and the database path. ``str(report)`` is a table."""
+    db: str
+    target: str
+    threads: int
+    kernels: List[KernelReport]
+    skipped: Dict[str, str]
+    seconds: float = 0.0
+    interrupted: bool = False
+    curve: List[tuple] = field(default_factory=list)   # (trials, seconds, model estimate)
+
+    @property
+    def default_model_s(self) -> Optional[float]:
+        ks = [k for k in self.kernels if k.default_s is not None]
+        return sum(k.calls * k.default_s for k in ks) if ks else None
+
+    @property
+    def best_model_s(self) -> Optional[float]:
+        ks = [k for k in self.kernels if k.default_s is not None]
+        return sum(k.calls * (k.best_s or k.default_s) for k in ks) if ks else None
+
+    def __str__(self) -> str:
+        def us(s):
+            return f"{s * 1e6:.1f}" if s is not None else "-"
+        rows = [("kernel", "calls", "trials", "new", "failed", "default us", "best us", "speedup")]
+        for k in self.kernels:
+            sp = f"{k.speedup:.2f}x" if k.speedup else "-"
+            rows.append((k.name, str(k.calls), str(k.trials), str(k.new), str(k.failed),
+                         us(k.default_s), us(k.best_s), sp))
+        widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+        lines = [f"tuning on {self.target!r} at {self.threads} thread(s), database {self.db}"
+                 + (" (interrupted)" if self.interrupted else "")]
+        for j, r in enumerate(rows):
+            lines.append("  ".join(c.ljust(w) if i == 0 else c.rjust(w)
+                                   for i, (c, w) in enumerate(zip(r, widths))))
+            if j == 0:
+                lines.append("  ".join("-" * w for w in widths))
+        d, b = self.default_model_s, self.best_model_s
+        if d is not None:
+            lines.append(f"model estimate (sum of calls x time): default {d * 1e3:.3f} ms, "
+                         f"tuned {b * 1e3:.3f} ms ({d / b:.2f}x), in {self.seconds:.0f} s")
+        for name, why in self.skipped.items():
+            lines.append(f"not tuned: {name}: {why}")
+        for k in self.kernels:
+            if k.note:
+                lines.append(f"note: {k.name}: {k.note}")
+        return "\n".join(lines)
+
+
+class _TaskState:
+    def __init__(self, task: Task, db: Database, trials: Optional[int], seed: int):
+        self.task = task
+        self.space = Space(task, seed=seed)
+        self.report = KernelReport(task.name, task.ops, task.calls, task.workload)
+        self.trials = trials
+        self.records = list(db.query(*task.key))
+        self.space.mark_seen(r["decisions"] for r in self.records)
+        self.reference = None
+        self.stale_batches = 0
+        self.done = False
+        self.update()
+
+    def update(self) -> None:
+        r = self.report
+        r.trials = len(self.records)
+        r.failed = sum(1 for x in self.records if x["status"] != "ok")
+        best = best_of(self.records)
+        if best is not None:
+            r.best_s, r.best_decisions = best["median_s"], dict(best["decisions"])
+
+    def parents(self):
+        return [(x["decisions"], x["median_s"]) for x in self.records if x["status"] == "ok"]
+
+    def left(self) -> Optional[int]:
+        return None if self.trials is None else max(0, self.trials - len(self.records))
+
+    def gain(self) -> float:
+        r = self.report
+        t = r.best_s or r.default_s or 0.0
+        return r.calls * t * (0.5 ** self.stale_batches)
+
+
+def tune(mod, target="llvm", db="tuning.jsonl", trials: Optional[int] = None,
+         time_budget_s: Optional[float] = None, num_threads: Optional[int] = None,
+         ctx=None, executor: Optional[Executor] = None, options: Optional[MeasureOptions] = None,
+         batch: Optional[int] = None, seed: int = 0, progress: bool = True,
+         pipeline: bool = True, confirm: bool = True) -> TuneReport:
+    """Tune the kernels of ``mod`` (graph functions and tensor programs, e.g. an ONNX import
+    after ``bind_params``) for ``target`` at ``num_threads`` runtime threads (default: every
+    core), appending every measurement to the database ``db``; returns a ``TuneReport``.
+
+    ``trials``: records per kernel to reach (default 32 when no ``time_budget_s``; None with
+    a budget: until the budget or the space runs out); ``time_budget_s``: stop after this many
+    seconds. ``ctx``: other ``PassContext`` options of the pipeline; ``executor``: where
+    candidates are built and run (default: a ``LocalExecutor`` with ``options``); ``batch``:
+    candidates per round (default: twice the builder processes). ``progress``: a tqdm bar on
+    stderr with the best model estimate so far. With ``pipeline=False`` the module's tensor
+    programs are tuned as they are (already through the pipeline with default_schedule off).
+    ``confirm``: at the end, time each tuned kernel's default and best candidates again, in
+    alternation, for the report's default / best columns (the search's own timings of the two
+    were taken minutes apart on a machine that may be busy); not recorded in the database.
+    Apply the records with ``PassContext(tuning_db=db)`` or ``kiln.compile(..., tuning_db=db)``.
+    """
+    t_start = time.monotonic()
+    if trials is None and time_budget_s is None:
+        trials = DEFAULT_TRIALS
+    if trials is not None and trials < 1:
+        raise ValueError(f"trials must be at least 1, got {trials}")
+    tasks, skipped = extract_tasks(mod, target, num_threads, ctx, pipeline=pipeline)
+    database = Database(db)
+    threads = tasks[0].threads if tasks else int(num_threads or 1)
+    report = TuneReport(database.path, str(target), threads, [], dict(skipped))
+    states = [_TaskState(t, database, trials, seed + i) for i, t in enumerate(tasks)]
+    report.kernels = [s.report for s in states]
+    own = executor is None
+    executor = executor or LocalExecutor(options)
+    batch = batch or 2 * len(getattr(executor, "builders", [None, None]))
+    bar = _progress_bar(progress, states, trials)
+
+    def over_budget() -> bool:
+        return time_budget_s is not None and time.monotonic() - t_start >= time_budget_s
+
+    def record(state: _TaskState, decisions, res: MeasureResult, new: bool = True) -> None:
+        t = state.task
+        rec = make_record(t.workload, t.target_key, t.threads, t.name, decisions, res.status,
+                          res.message, res.median_s, res.min_s, ops=t.ops,
+                          target_str=t.target, build_s=round(res.build_s, 3),
+                          run_s=round(res.run_s, 3))
+        if new:
+            database.append(rec)
+            state.records.append(rec)
+            state.report.new += 1
+        state.update()
+        if bar is not None:
+            bar.update(1 if new else 0)
+            _bar_status(bar, report)
+        report.curve.append((sum(s.report.new for s in states), time.monotonic() - t_start,
+                             report.best_model_s))
+
+    try:
+        _baselines(states, executor, record)
+        while not over_budget():
+            live = [s for s in states if not s.done and s.reference is not None
+                    and s.left() != 0 and not s.space.exhausted]
+            if not live:
+                break
+            s = max(live, key=_TaskState.gain)
+            n = batch if s.left() is None else min(batch, s.left())
+            cands = s.space.propose(n, s.parents())
+            if not cands:
+                s.done = True
+                continue
+            before = s.report.best_s
+            inputs = [MeasureInput(s.task, c, s.reference) for c in cands]
+            executor.measure(inputs, lambda i, res: record(s, cands[i], res),
+                             run_timeout_s=_run_timeout(s, executor))
+            improved = s.report.best_s is not None and (before is None
+                                                        or s.report.best_s < before * 0.995)
+            s.stale_batches = 0 if improved else s.stale_batches + 1
+        if confirm and not over_budget():
+            _confirm(states, executor)
+    except KeyboardInterrupt:
+        report.interrupted = True
+    finally:
+        if own:
+            executor.close()
+        if bar is not None:
+            bar.close()
+    for s in states:
+        if s.space.exhausted and s.left():
+            s.report.note = s.report.note or (f"every candidate of its space was measured "
+                                              f"({s.report.trials} records)")
+    report.seconds = time.monotonic() - t_start
+    return report
+
+
+def _baselines(states: List[_TaskState], executor: Executor, record) -> None:
+    """Measure each task's default decisions (all in one batch, built in parallel): the
+    reference outputs, and the default time; recorded once per database."""
+    inputs = [MeasureInput(s.task, s.space.default(), None) for s in states]
+    measured = {id(s): {decisions_key(r["decisions"]) for r in s.records} for s in states}
+
+    def done(i: int, res: MeasureResult) -> None:
+        s = states[i]
+        d = inputs[i].decisions
+        s.report.default_decisions = dict(d)
+        if res.ok:
+            s.reference = res.outputs
+            s.report.default_s = res.median_s
+            s.baseline_wall = res.run_s
+        else:
+            s.report.note = f"the default schedule failed ({res.status}: " \
+                            f"{res.message.splitlines()[0] if res.message else ''}); not tuned"
+            s.done = True
+        new = decisions_key(d) not in measured[id(s)]
+        s.space.mark_seen([d])
+        record(s, d, res, new=new)
+    executor.measure(inputs, done)
+
+
+def _confirm(states: List[_TaskState], executor: Executor, rounds: int = 3) -> None:
+    """Default and best of each improved task timed again, alternating, ``rounds`` times;
+    the medians replace the report's default and best times."""
+    todo = [s for s in states if s.reference is not None and s.report.best_decisions
+            and s.report.best_decisions != s.report.default_decisions]
+    if not todo:
+        return
+    inputs = []
+    for _ in range(rounds):
+        for s in todo:
+            inputs += [MeasureInput(s.task, s.report.default_decisions, s.reference),
+                       MeasureInput(s.task, s.report.best_decisions, s.reference)]
+    results = executor.measure(inputs)
+    for s in todo:
+        d = [r.median_s for m, r in zip(inputs, results) if m.task is s.task and r.ok
+             and m.decisions == s.report.default_decisions]
+        b = [r.median_s for m, r in zip(inputs, results) if m.task is s.task and r.ok
+             and m.decisions == s.report.best_decisions]
+        if d and b:
+            s.report.default_s = sorted(d)[len(d) // 2]
+            s.report.best_s = sorted(b)[len(b) // 2]
+            s.report.confirmed = True
+
+
+def _run_timeout(s: _TaskState, executor: Executor) -> float:
+    """A run's time limit: generous next to the baseline's whole run (a candidate 50x slower
+    than the default is not worth waiting for), within the executor's limit."""
+    limit = getattr(getattr(executor, "options", None), "run_timeout_s", 60.0)
+    wall = getattr(s, "baseline_wall", None)
+    return limit if not wall else min(limit, max(10.0, 50.0 * wall))
+
+
+def _progress_bar(enabled: bool, states: List[_TaskState], trials: Optional[int]):
+    if not enabled:
+        return None
+    try:
+        from tqdm import tqdm
+    except ImportError:       # the 'tune' extra is not installed: no bar, same results
+        return None
+    total = None
+    if trials is not None:
+        total = sum(max(0, trials - len(s.records)) for s in states) or None
+    return tqdm(total=total, desc="kiln tune", unit="trial", file=sys.stderr, leave=True,
+                dynamic_ncols=True)
+
+
+def _bar_status(bar, report: TuneReport) -> None:
+    d, b = report.default_model_s, report.best_model_s
+    if d is not None and b:
+        bar.set_postfix_str(f"model {b * 1e3:.3f} ms (default {d * 1e3:.3f} ms, {d / b:.2f}x)",
+                            refresh=False)
