@@ -43,6 +43,8 @@ _LAZY = {
     "Executable": ("kiln.executable", "Executable"),
     "VirtualMachine": ("kiln.runtime.vm", "VirtualMachine"),
     "register_func": ("kiln.runtime.registry", "register_func"),
+    # the tuner (a callable package: kiln.tune(mod, ...) is kiln.tune.tune)
+    "tune": ("kiln.tune", None),
 }
 
 

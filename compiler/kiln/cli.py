@@ -2,6 +2,8 @@
 time a compiled library.
 
     kiln compile model.onnx -o model.so [--target llvm] [--pipeline default] [--shape x=1,3,224,224]
+                                        [--tuning-db tuning.jsonl]
+    kiln tune model.onnx --db tuning.jsonl [--trials N] [--time 10m] [--threads N]
     kiln inspect model.so [--disassemble]
     kiln run model.so --input x=x.npy [--output y.npy]      (or --random for seeded inputs)
     kiln bench model.so [--threads 1] [--repeat 20] [--profile]
@@ -162,15 +164,15 @@ def _vm(path: str):
 
 
 # ---- commands --------------------------------------------------------------------------------
-def cmd_compile(args) -> int:
+def _import_model(args, step):
+    """The ONNX model ``args.model`` imported (``--shape``, ``--const-input``) with its
+    weights bound: an IRModule ready for a pipeline."""
     import kiln
-    from .codegen import BuildOptions
-    step = _progress(args.quiet)
     if not os.path.isfile(args.model):
         raise CLIError(f"{args.model}: no such file")
     if not args.model.endswith(".onnx"):
-        raise CLIError(f"{args.model}: only ONNX models (.onnx) can be compiled from the command line")
-    out = args.output or os.path.splitext(os.path.basename(args.model))[0] + ".so"
+        raise CLIError(f"{args.model}: only ONNX models (.onnx) can be {args.command}d from the "
+                       "command line")
     import onnx
     from .frontend.onnx.common import ONNXImportError
     with step(f"loading {args.model}"):
@@ -187,9 +189,22 @@ def cmd_compile(args) -> int:
             raise CLIError(f"{args.model}: {e}") from None
     with step(f"binding {len(params)} weights"):
         mod = kiln.transform.bind_params("main", params)(mod)
+    return mod
+
+
+def cmd_compile(args) -> int:
+    import kiln
+    from .codegen import BuildOptions
+    from .transform import PassContext
+    step = _progress(args.quiet)
+    mod = _import_model(args, step)
+    out = args.output or os.path.splitext(os.path.basename(args.model))[0] + ".so"
+    if args.tuning_db and not os.path.isfile(args.tuning_db):
+        raise CLIError(f"--tuning-db {args.tuning_db}: no such file")
     with step(f"running pipeline {args.pipeline!r}"):
         try:
-            pipeline = kiln.get_pipeline(args.pipeline, target=args.target)
+            pipeline = kiln.get_pipeline(args.pipeline, PassContext(tuning_db=args.tuning_db),
+                                         target=args.target)
         except ValueError as e:
             raise CLIError(str(e)) from None
         except Exception as e:
@@ -197,10 +212,13 @@ def cmd_compile(args) -> int:
                 raise CLIError(str(e)) from None
             raise
         mod = pipeline(mod)
+    if args.tuning_db and not args.quiet:
+        from .tune.apply import describe_applied
+        print(f"kiln: {describe_applied(mod)}", file=sys.stderr)
     options = BuildOptions(cache_dir=args.cache_dir) if args.cache_dir else None
     with step(f"compiling for {args.target!r}"):
         try:
-            ex = kiln.compile(mod, target=args.target, options=options)
+            ex = kiln.compile(mod, target=args.target, options=options, tuning_db=args.tuning_db)
         except Exception as e:
             if type(e).__name__ == "CodegenError":
                 raise CLIError(str(e)) from None
@@ -210,6 +228,45 @@ def cmd_compile(args) -> int:
     print(f"wrote {out}: {s.num_kernels} kernels, constants {_fmt_bytes(s.constant_bytes)}, "
           f"arena {_fmt_bytes(s.arena_size)}, target {ex.target!r}")
     return 0
+
+
+def _parse_duration(text: str) -> float:
+    """``90``, ``90s``, ``10m``, ``1.5h`` -> seconds."""
+    t = text.strip().lower()
+    mult = {"s": 1, "m": 60, "h": 3600}
+    try:
+        if t and t[-1] in mult:
+            v = float(t[:-1]) * mult[t[-1]]
+        else:
+            v = float(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a duration such as 90s, 10m or 1h, got {text!r}") from None
+    if v <= 0:
+        raise argparse.ArgumentTypeError(f"the duration must be positive, got {text!r}")
+    return v
+
+
+def cmd_tune(args) -> int:
+    import kiln
+    from .transform import PassContext
+    step = _progress(args.quiet)
+    mod = _import_model(args, step)
+    if args.trials is not None and args.trials < 1:
+        raise CLIError(f"--trials must be at least 1, got {args.trials}")
+    if args.threads is not None and args.threads < 1:
+        raise CLIError(f"--threads must be at least 1, got {args.threads}")
+    try:
+        report = kiln.tune(mod, target=args.target, db=args.db, trials=args.trials,
+                           time_budget_s=args.time, num_threads=args.threads,
+                           ctx=PassContext(), progress=not args.quiet)
+    except Exception as e:
+        if type(e).__name__ == "CodegenError":   # a bad --target
+            raise CLIError(str(e)) from None
+        raise
+    print(report)
+    print(f"records in {args.db}; compile with: kiln compile {args.model} --tuning-db {args.db}"
+          + (f" --target '{args.target}'" if args.target != "llvm" else ""))
+    return 130 if report.interrupted else 0
 
 
 def cmd_inspect(args) -> int:
@@ -319,8 +376,32 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fix graph input NAME to a value at compile time, e.g. sr=16000: it leaves the "
                    "signature and an If on it keeps one branch (repeatable)")
     c.add_argument("--cache-dir", help="build cache directory (default: Kiln's user cache)")
+    c.add_argument("--tuning-db", metavar="FILE.jsonl", help="schedule each kernel with its best "
+                   "record in this tuning database (written by 'kiln tune'); kernels without one "
+                   "get the default schedules")
     c.add_argument("-q", "--quiet", action="store_true", help="no progress messages on stderr")
     c.set_defaults(func=cmd_compile)
+
+    t = sub.add_parser("tune", help="tune an ONNX model's kernels, recording every measurement",
+                       description="Search the schedule decisions of each kernel of an ONNX "
+                       "model, measuring candidates through the runtime, and append every "
+                       "measurement to a tuning database (JSON lines); 'kiln compile "
+                       "--tuning-db' applies the best records. Running it again resumes.")
+    t.add_argument("model", help="the .onnx file")
+    t.add_argument("--db", default="tuning.jsonl", help="the tuning database to append to "
+                   "(default: tuning.jsonl)")
+    t.add_argument("--trials", type=int, help="records per kernel to reach (default: 32 without "
+                   "--time, else until the time is up)")
+    t.add_argument("--time", type=_parse_duration, metavar="DURATION",
+                   help="stop after this long, e.g. 90s, 10m, 1h")
+    t.add_argument("--threads", type=int, help="runtime threads to tune for (default: every core)")
+    t.add_argument("--target", default="llvm", help="code generation target (default: llvm, the host CPU)")
+    t.add_argument("--shape", type=_parse_shape, action="append", metavar="NAME=D0,D1,...",
+                   help="pin the shape of graph input NAME (repeatable)")
+    t.add_argument("--const-input", type=_parse_value, action="append", metavar="NAME=VALUE",
+                   help="fix graph input NAME to a value at compile time (repeatable)")
+    t.add_argument("-q", "--quiet", action="store_true", help="no progress bar or messages on stderr")
+    t.set_defaults(func=cmd_tune)
 
     i = sub.add_parser("inspect", help="describe a compiled library",
                        description="Print the functions (inputs: name, shape, dtype), kernels, "
