@@ -5,11 +5,12 @@ import pytest
 import kiln
 from kiln import ops
 from kiln.ir import assert_structural_equal
+from kiln.ir.graph import Constant
 from kiln.script import R, T
 from kiln.transform import bind_params, default_schedule, fuse_ops, legalize
 from kiln.transform.fuse_ops import find_groups
 
-from transform_helpers import (AVX2, AVX2_CTX, graph_module, inputs_for, kernel_calls, kernels, reference,
+from transform_helpers import (AVX2, AVX2_CTX, attr, graph_module, inputs_for, kernel_calls, kernels, reference,
                                run_vm, typed)
 from transform_models import conv_bn_relu, mlp, transformer_block
 
@@ -108,17 +109,45 @@ def test_transformer_block_kernel_count():
     np.testing.assert_allclose(run_vm(fused, args), reference(mod, args), rtol=1e-4, atol=1e-4)
 
 
-def test_value_used_twice_is_not_fused_into_one_consumer():
+def test_value_used_twice_fuses_only_when_both_uses_are_in_the_group():
     x = typed("x", (4, 8))
     mod = graph_module([x], lambda emit, x: ops.call(
         "add", emit("exp", emit("relu", x)), emit("relu", x)))
     # relu(x) twice: two separate values; each used once -> everything fuses
     assert kernel_calls(fuse_ops(AVX2_CTX)(mod)) == 1
+    # one relu read twice, both reads inside the exp-add group: it joins (gelu's pattern)
     mod2 = graph_module([x], lambda emit, x: ops.call(
         "add", emit("exp", (r := emit("relu", x))), r))
     groups = [[b.value.op for b in g] for g in find_groups(mod2["main"])]
-    assert groups == [["relu"], ["exp", "add"]]
+    assert groups == [["relu", "exp", "add"]]
     _check_numerics(mod2, fuse_ops(AVX2_CTX)(mod2))
+    # read by a matmul too: an elementwise producer never feeds an anchor inside a kernel
+    w = Constant(np.random.default_rng(0).standard_normal((8, 8)).astype("float32"))
+    mod3 = graph_module([x], lambda emit, x: ops.call(
+        "add", emit("exp", (r := emit("relu", x))), emit("matmul", r, w)))
+    groups = [[b.value.op for b in g] for g in find_groups(mod3["main"])]
+    assert ["relu"] in groups, groups
+    _check_numerics(mod3, fuse_ops(AVX2_CTX)(mod3))
+
+
+def test_gelu_fuses_into_the_matmul_that_feeds_it():
+    """gelu(t) = t * 0.5 * (1 + erf(t / sqrt(2))) reads t twice; both reads are in the
+    epilogue, so linear + bias + gelu is one kernel."""
+    rng = np.random.default_rng(1)
+    w = Constant(rng.standard_normal((64, 32)).astype("float32"))
+    bias = Constant(rng.standard_normal((64,)).astype("float32"))
+
+    def body(emit, x):
+        t = emit("add", emit("linear", x, w), bias)
+        e = emit("erf", emit("divide", t, Constant(np.array(1.4142135, "float32"))))
+        f = emit("add", e, Constant(np.array(1.0, "float32")))
+        return ops.call("multiply", emit("multiply", t, f), Constant(np.array(0.5, "float32")))
+    mod = graph_module([typed("x", (12, 32))], body)
+    out = kiln.get_pipeline("default", AVX2_CTX)(mod)
+    (name,) = kernels(out)
+    assert attr(out[name], "kiln.schedule").startswith("matmul: tile"), attr(out[name], "kiln.schedule")
+    assert "epilogue inlined" in attr(out[name], "kiln.schedule")
+    _check_numerics(mod, out)
 
 
 def test_reduce_takes_elementwise_producers_and_consumers():

@@ -139,14 +139,28 @@ def _block_groups(block: BindingBlock, uses) -> List[_Group]:
         if pattern is None:
             continue
         group = _Group(b, pattern)
-        for arg in dict.fromkeys(a for a in b.value.args if isinstance(a, GraphVar)):
-            prod = group_of.get(arg)
-            here = sum(1 for a in b.value.args if a is arg)   # multiply(t, t) uses t twice
-            if prod is None or prod.root.var is not arg or uses[arg] != here:
-                continue
-            if _can_fuse(prod, b.value, pattern, group):
-                group.absorb(prod)
-                order.remove(prod)
+        pending = list(dict.fromkeys(a for a in b.value.args if isinstance(a, GraphVar)))
+        # Two sweeps: a producer used more than once joins when every use is inside this
+        # group, which a first sweep may complete (gelu: t * 0.5 * (1 + erf(t / sqrt 2))
+        # reads t twice, once through the erf chain absorbed first).
+        for _ in range(2):
+            for arg in list(pending):
+                prod = group_of.get(arg)
+                if prod is None or prod.root.var is not arg or prod is group:
+                    pending.remove(arg)
+                    continue
+                here = sum(1 for a in b.value.args if a is arg)   # multiply(t, t): twice
+                # (uses by the group's elementwise members only: an anchor reading the value
+                # would make an elementwise producer feed a matmul inside one kernel)
+                inside = sum(1 for m in group.members if m is not b
+                             and fusable_pattern(m.value) in _INJECTIVE
+                             for a in m.value.args if a is arg)
+                if uses[arg] != here + inside:
+                    continue
+                if _can_fuse(prod, b.value, pattern, group):
+                    group.absorb(prod)
+                    order.remove(prod)
+                pending.remove(arg)
         group.members.sort(key=lambda m: position[m.var])
         for m in group.members:
             group_of[m.var] = group
