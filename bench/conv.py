@@ -2,7 +2,8 @@
 through Kiln's "default" pipeline, against onnxruntime running the same Conv + Relu, in the
 same process; one thread. ``schedule`` says which conv schedule Kiln picked: ``conv nchwc``
 (channel-blocked, ``transform/conv_blocked.py``) or ``conv`` (NCHW, vectorized along the
-width); ``nchw_ms`` is Kiln with ``PassContext(conv_blocking=False)``, for comparison.
+width); ``nchw_ms`` is Kiln with ``PassContext(conv_blocking=False)`` and ``avx2_tiles_ms`` Kiln
+scheduled for an AVX2 target, for comparison.
 """
 from __future__ import annotations
 
@@ -66,16 +67,27 @@ def ort_session(x_shape, w, b, attrs):
 
 
 def _compile(mod, ctx=None):
+    target = ctx.target if ctx is not None and ctx.target is not None else "llvm"
     out = kiln.get_pipeline("default", ctx)(mod)
     name = next(n for n, f in out.functions.items() if n != "main" and hasattr(f, "params"))
-    vm = kiln.VirtualMachine(kiln.compile(out, target="llvm"), kiln.cpu())
+    vm = kiln.VirtualMachine(kiln.compile(out, target=target), kiln.cpu())
     return vm["main"], dict(out[name].attrs)["kiln.schedule"]
 
 
+# An AVX2 target, which every x86 CPU here runs: the tiles Kiln used before they were derived
+# from the target (16 ymm registers), for comparison on a wider machine.
+AVX2 = "llvm -mcpu=haswell"
+
+
 def run(names=None, repeat: int = 20) -> list[dict]:
-    from harness import time_best
+    """One row per layer: Kiln with this machine's tiles (``kiln_ms``), with AVX2 tiles
+    (``avx2_tiles_ms``), in NCHW without channel blocking (``nchw_ms``), and onnxruntime,
+    timed in alternating rounds (medians), one thread. Winograd is off here (a direct-conv
+    comparison; ``bench/winograd_layers.py`` measures it)."""
+    from onnx_models import alternate
 
     kiln.set_num_threads(1)
+    PassContext = kiln.transform.PassContext
     rows = []
     for name in names or LAYERS:
         x_shape, w_shape, attrs = LAYERS[name]
@@ -84,19 +96,21 @@ def run(names=None, repeat: int = 20) -> list[dict]:
         b = rng.standard_normal(w_shape[0]).astype("float32")
         x = rng.standard_normal(x_shape).astype("float32")
         mod = conv_module(x_shape, w, b, attrs)
-        f, schedule = _compile(mod)
-        f_nchw, _ = _compile(mod, kiln.transform.PassContext(conv_blocking=False))
+        f, schedule = _compile(mod, PassContext(winograd=False))
+        f_avx2, _ = _compile(mod, PassContext(target=AVX2, winograd=False))
+        f_nchw, _ = _compile(mod, PassContext(conv_blocking=False, winograd=False))
         sess = ort_session(x_shape, w, b, attrs)
         xa = kiln.nd.array(x)
         want = sess.run(None, {"x": x})[0]
-        for g in (f, f_nchw):
+        for g in (f, f_avx2, f_nchw):
             np.testing.assert_allclose(g(xa).numpy(), want, rtol=1e-3, atol=1e-3)
         flops = 2.0 * want.size * int(np.prod(w_shape[1:]))
-        t_k = time_best(lambda: f(xa), repeat)
-        t_n = time_best(lambda: f_nchw(xa), repeat)
-        t_o = time_best(lambda: sess.run(None, {"x": x}), repeat)
-        rows.append({"layer": name, "schedule": schedule.split(",")[0], "kiln_ms": t_k * 1e3,
-                     "nchw_ms": t_n * 1e3, "ort_ms": t_o * 1e3, "gflops": flops / t_k / 1e9,
-                     "kiln_vs_ort": t_o / t_k})
+        med = alternate({"kiln": lambda: f(xa), "avx2": lambda: f_avx2(xa),
+                         "nchw": lambda: f_nchw(xa), "ort": lambda: sess.run(None, {"x": x})},
+                        per_round=repeat)
+        rows.append({"layer": name, "schedule": schedule.split(",")[0],
+                     "kiln_ms": med["kiln"] * 1e3, "avx2_tiles_ms": med["avx2"] * 1e3,
+                     "nchw_ms": med["nchw"] * 1e3, "ort_ms": med["ort"] * 1e3,
+                     "gflops": flops / med["kiln"] / 1e9, "kiln/ort": med["kiln"] / med["ort"]})
     kiln.set_num_threads(0)
     return rows
