@@ -3,10 +3,11 @@
 For each kernel it schedules, ``default_schedule.schedule_kernel`` asks ``recorded(func, ctx)``
 for the best ``"ok"`` record of the key (``workload_hash`` of the unscheduled kernel,
 ``ctx.machine.key()``, ``ctx.cores`` as the thread count) and schedules the kernel with
-``Decisions(fixed=record["decisions"])``. A kernel with no record gets the default rule. A
+``Decisions(fixed=record["decisions"])``; its ``kiln.schedule`` attribute then ends in
+``; tuned``. A kernel with no record gets the default rule. A
 record that no longer applies (a recorded value that is not among the rule's options any
 more, or a rule that now makes other decisions than the record names) is reported once per
-process with ``warnings.warn`` and the default schedule is used.
+record and process with ``warnings.warn`` and the default schedule is used.
 
 The file is read once per change (its size and modification time), not per kernel.
 """
@@ -19,7 +20,7 @@ from typing import Any, Dict, Optional, Tuple
 
 from ..ir import PrimFunc
 from ..transform.kernels import ATTR_SCHEDULE
-from .database import Key, index_best, read_records
+from .database import Key, decisions_key, index_best, read_records
 from .workload import workload_hash
 
 _cache: Dict[str, Tuple[Tuple[int, int], Dict[Key, Dict[str, Any]]]] = {}
@@ -80,7 +81,7 @@ def schedule_from_db(func, ctx):
 
 
 def _warn_once(rec: Dict[str, Any], stale, missing) -> None:
-    key = (rec["workload"], rec["target"], rec["threads"])
+    key = (rec["workload"], rec["target"], rec["threads"], decisions_key(rec["decisions"]))
     with _lock:
         if key in _warned:
             return

@@ -1,0 +1,109 @@
+"""The tuner end to end: a run killed mid-way keeps what it measured and a second run resumes
+from it; ``kiln tune`` then ``kiln compile --tuning-db`` on a tiny ONNX model."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln.schedule.decisions import parse_decisions
+from kiln.transform import PassContext
+from kiln.tune import Database, extract_tasks
+from kiln.tune.database import decisions_key, read_records
+
+from tune_helpers import matmul_graph_module, matmul_onnx
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+pytest.importorskip("onnx")
+
+
+def kiln_cli(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "kiln.cli"] + [str(a) for a in args],
+                          capture_output=True, text=True, cwd=cwd, timeout=600)
+
+
+def test_a_killed_run_keeps_its_records_and_a_second_run_resumes(tmp_path):
+    db = tmp_path / "db.jsonl"
+    code = ("import sys; sys.path.insert(0, %r)\nimport kiln\n"
+            "from tune_helpers import matmul_graph_module\n"
+            "mod, _ = matmul_graph_module(m=16, k=64, n=64)\n"
+            "kiln.tune(mod, db=sys.argv[1], trials=500, num_threads=1, batch=2,\n"
+            "          progress=False)\n" % HERE)
+    proc = subprocess.Popen([sys.executable, "-c", code, str(db)])
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and proc.poll() is None:
+            if len(read_records(str(db))[0]) >= 3:
+                break
+            time.sleep(0.05)
+        assert proc.poll() is None, "the run ended before it could be killed"
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    before, skipped = read_records(str(db))
+    assert skipped == 0 and len(before) >= 3
+    mod, _ = matmul_graph_module(m=16, k=64, n=64)
+    (task,), _ = extract_tasks(mod, "llvm", threads=1)
+    assert all(r["workload"] == task.workload for r in before)
+    report = kiln.tune(mod, db=db, trials=len(before) + 3, num_threads=1, batch=3,
+                       progress=False, confirm=False)
+    after = Database(db).records()
+    assert after[:len(before)] == before
+    new = after[len(before):]
+    assert len(new) == 3 and report.kernels[0].new == 3
+    keys = [decisions_key(r["decisions"]) for r in after]
+    assert len(set(keys)) == len(keys)        # nothing measured twice, the baseline included
+    assert report.kernels[0].trials == len(before) + 3
+
+
+def test_kiln_tune_then_compile_with_the_records(tmp_path):
+    model, w = matmul_onnx(tmp_path / "mm.onnx", m=8, k=32, n=16)
+    db = tmp_path / "tuning.jsonl"
+    proc = kiln_cli("tune", model, "--db", db, "--trials", "3")
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "matmul" in out and "default us" in out and "model estimate" in out
+    assert f"--tuning-db {db}" in out
+    assert "kiln tune" in proc.stderr and "trial" in proc.stderr     # the progress bar
+    records = Database(db).records()
+    assert len(records) == 3 and records[0]["status"] == "ok"
+    assert all(r["threads"] == len(os.sched_getaffinity(0)) for r in records)
+    best = Database(db).best(records[0]["workload"], records[0]["target"], records[0]["threads"])
+
+    # the same command again has nothing left to do (3 records per kernel reached)
+    again = kiln_cli("tune", model, "--db", db, "--trials", "3", "-q")
+    assert again.returncode == 0, again.stderr
+    assert len(Database(db).records()) == 3
+
+    lib = tmp_path / "mm.so"
+    proc = kiln_cli("compile", model, "-o", lib, "--tuning-db", db)
+    assert proc.returncode == 0, proc.stderr
+    assert "tuning records applied to 1 of 1 kernels: matmul" in proc.stderr
+    x = np.random.default_rng(3).standard_normal((8, 32)).astype("float32")
+    np.save(tmp_path / "x.npy", x)
+    proc = kiln_cli("run", lib, "--input", f"x={tmp_path / 'x.npy'}", "-o", tmp_path / "y.npy")
+    assert proc.returncode == 0, proc.stderr
+    np.testing.assert_allclose(np.load(tmp_path / "y.npy"), x @ w, rtol=1e-4, atol=1e-4)
+
+    # the kernel the compile made carries the best record's decisions
+    mod, _ = matmul_graph_module(m=8, k=32, n=16)
+    tuned = kiln.get_pipeline("default", PassContext(tuning_db=str(db)))(mod)
+    (kernel,) = [f for f in tuned.functions.values() if isinstance(f, kiln.ir.PrimFunc)]
+    assert parse_decisions(dict(kernel.attrs)["kiln.decisions"]) == best["decisions"]
+
+
+def test_cli_errors(tmp_path):
+    model, _ = matmul_onnx(tmp_path / "mm.onnx")
+    proc = kiln_cli("tune", model, "--time", "soon")
+    assert proc.returncode == 2 and "duration" in proc.stderr
+    proc = kiln_cli("compile", model, "--tuning-db", tmp_path / "missing.jsonl", "-q")
+    assert proc.returncode == 1 and "missing.jsonl: no such file" in proc.stderr
