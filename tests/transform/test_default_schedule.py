@@ -36,7 +36,7 @@ class Expected:
     @T.prim_func
     def fused_exp_add(x: T.Buffer((64, 256), "float32"), y: T.Buffer((256,), "float32"),
                       add: T.Buffer((64, 256), "float32")):
-        T.func_attr({"kiln.schedule": "elementwise: vectorize 256, parallel", "kiln.scheduled_for": "x86_64 v256x16 fma2x4"})
+        T.func_attr({"kiln.decisions": "add.parallel=true", "kiln.schedule": "elementwise: vectorize 256, parallel", "kiln.scheduled_for": "x86_64 v256x16 fma2x4"})
         for i0 in T.parallel(64):
             for i1 in T.vectorized(256):
                 with T.block("add"):

@@ -75,14 +75,17 @@ def test_kiln_tune_then_compile_with_the_records(tmp_path):
     assert f"--tuning-db {db}" in out
     assert "kiln tune" in proc.stderr and "trial" in proc.stderr     # the progress bar
     records = Database(db).records()
-    assert len(records) == 3 and records[0]["status"] == "ok"
+    assert records[0]["status"] == "ok"
+    # 3 candidates; the default and the best measured again (alternating) when they differ
+    assert len({decisions_key(r["decisions"]) for r in records}) == 3
+    assert len(records) in (3, 9)
     assert all(r["threads"] == len(os.sched_getaffinity(0)) for r in records)
     best = Database(db).best(records[0]["workload"], records[0]["target"], records[0]["threads"])
 
     # the same command again has nothing left to do (3 records per kernel reached)
     again = kiln_cli("tune", model, "--db", db, "--trials", "3", "-q")
     assert again.returncode == 0, again.stderr
-    assert len(Database(db).records()) == 3
+    assert len(Database(db).records()) == len(records)
 
     lib = tmp_path / "mm.so"
     proc = kiln_cli("compile", model, "-o", lib, "--tuning-db", db)

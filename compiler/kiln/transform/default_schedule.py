@@ -147,7 +147,7 @@ def _by_kind(func: PrimFunc, ctx: PassContext, decide: Decisions) -> Tuple[PrimF
     infos = block_infos(sch.func)
     reductions = [b for b in infos if b.is_reduction]
     if not reductions:
-        descs = [schedule_spatial(sch, b.name, ctx) for b in block_infos(sch.func)
+        descs = [schedule_spatial(sch, b.name, ctx, decide) for b in block_infos(sch.func)
                  if serial_loops_only_block(b)]
         desc = "elementwise: " + "; ".join(descs)
         return sch.func, desc
@@ -158,15 +158,15 @@ def _by_kind(func: PrimFunc, ctx: PassContext, decide: Decisions) -> Tuple[PrimF
             desc = schedule_contraction(sch, c, ctx, kind, decide)
             return sch.func, desc
         if pool_block(sch.func) is not None:
-            return schedule_pool(sch.func, ctx)
-    desc = schedule_reduction(sch, ctx)
+            return schedule_pool(sch.func, ctx, decide)
+    desc = schedule_reduction(sch, ctx, decide)
     return sch.func, desc
 
 
 def _generic(func: PrimFunc, ctx: PassContext, decide: Decisions) -> Tuple[PrimFunc, str]:
     sch = _start(func)
     inline_intermediates(sch, _keep(sch))
-    desc = schedule_reduction(sch, ctx)
+    desc = schedule_reduction(sch, ctx, decide)
     return sch.func, desc
 
 

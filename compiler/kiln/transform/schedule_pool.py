@@ -23,6 +23,7 @@ from typing import Optional, Tuple
 from ..ir import BufferLoad, IRModule, PrimFunc, Var, collect
 from ..ir.stmt import BufferStore, IfThenElse
 from ..schedule import Schedule, ScheduleError
+from ..schedule.decisions import Decisions
 from .infra import PassContext
 from .schedule_rules import BlockInfo, block_infos, loop_rvs, static_extent
 
@@ -68,8 +69,11 @@ def _update(body) -> Optional[BufferStore]:
     return body if isinstance(body, BufferStore) else None
 
 
-def schedule_pool(func: PrimFunc, ctx: PassContext) -> Tuple[PrimFunc, str]:
-    """Apply the module docstring's schedule; returns (scheduled func, description)."""
+def schedule_pool(func: PrimFunc, ctx: PassContext,
+                  decide: Optional[Decisions] = None) -> Tuple[PrimFunc, str]:
+    """Apply the module docstring's schedule; returns (scheduled func, description). Its
+    decision: ``parallel`` (the fused rows)."""
+    decide = decide if decide is not None else Decisions()
     info = pool_block(func)
     if info is None:
         raise ScheduleError("no sliding-window pool block", func)
@@ -95,7 +99,8 @@ def schedule_pool(func: PrimFunc, ctx: PassContext) -> Tuple[PrimFunc, str]:
             pass
     sch.vectorize(x)
     sch.vectorize(sch.get_loops(init)[-1])
-    if None in extents or math.prod(extents) >= ctx.parallel_min_elements:
+    big = None in extents or math.prod(extents) >= ctx.parallel_min_elements
+    if decide.choose("parallel", [False, True], default=big):
         sch.parallel(rows)
         parts.append("parallel")
     return sch.func, "pool: " + ", ".join(parts)

@@ -21,6 +21,7 @@ from ..arith import simplify
 from ..ir import BufferLoad, Var, collect, substitute, uses_var
 from ..ir.expr import Sub
 from ..schedule import LoopRV, Schedule, ScheduleError
+from ..schedule.decisions import Decisions
 from .infra import PassContext
 from .schedule_rules import BlockInfo, block_infos, static_extent
 
@@ -37,13 +38,22 @@ def row_reduce_lanes(extent: Optional[int], ctx: PassContext) -> Optional[int]:
     return None
 
 
-def vectorize_row_reductions(sch: Schedule, ctx: PassContext) -> List[str]:
+def vectorize_row_reductions(sch: Schedule, ctx: PassContext,
+                             decide: Optional[Decisions] = None) -> List[str]:
     """``rfactor`` every reduction block whose innermost loop is a contiguous reduction over a
-    row (see the module docstring); returns the names of the blocks done."""
+    row (see the module docstring); returns the names of the blocks done. The partials per
+    block are the decision ``<block>.rfactor`` (0: stay scalar)."""
+    decide = decide if decide is not None else Decisions()
     done = []
     for info in block_infos(sch.func):
         lanes = _fits(info, ctx)
         if lanes is None:
+            continue
+        extent = static_extent(info.loops[-1])
+        options = [0] + [w for w in (8, ctx.simd_lanes, ctx.vector_lanes)
+                         if extent % w == 0 and extent >= 2 * w]
+        lanes = decide.choose(f"{info.name}.rfactor", options + [lanes], default=lanes)
+        if not lanes:
             continue
         k = LoopRV(info.loops[-1].loop_var)
         try:

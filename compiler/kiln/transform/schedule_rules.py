@@ -15,6 +15,7 @@ from ..ir import Buffer, BufferLoad, For, PrimFunc, Select, Var, collect
 from ..ir.expr import IntImm
 from ..ir.stmt import Block, BlockRealize, BufferStore, IfThenElse, SeqStmt
 from ..schedule import BlockRV, LoopRV, Schedule, ScheduleError
+from ..schedule.decisions import Decisions
 from .infra import PassContext
 from .kernels import PACK_ANNOTATION
 
@@ -146,11 +147,15 @@ def keep_packs(info: BlockInfo) -> bool:
 
 
 # ---- elementwise ------------------------------------------------------------------------------
-def schedule_spatial(sch: Schedule, name: str, ctx: PassContext) -> str:
+def schedule_spatial(sch: Schedule, name: str, ctx: PassContext,
+                     decide: Optional[Decisions] = None) -> str:
     """Vectorize the innermost loop (codegen strip-mines it into target-width vectors, and its
     loads stay contiguous), fuse the outer loops into one parallel loop when the kernel is big
     enough. A short innermost loop is fused with the rest and split into vector chunks
-    instead; a single loop is split into parallel chunks. Returns a short description."""
+    instead; a single loop is split into parallel chunks. Returns a short description.
+    Decisions (named after the block): ``<block>.chunk`` (the vector chunk of a fused loop)
+    and ``<block>.parallel``."""
+    decide = decide if decide is not None else Decisions()
     info = find(sch.func, name)
     loops = loop_rvs(info)
     if not loops:
@@ -168,6 +173,10 @@ def schedule_spatial(sch: Schedule, name: str, ctx: PassContext) -> str:
         fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
         chunk = ctx.vector_lanes * (16 if big else 1)
         lanes = pick_lanes(total, chunk) if total is not None else chunk
+        if lanes is not None:
+            options = [c for c in (ctx.simd_lanes, ctx.vector_lanes, 4 * ctx.vector_lanes, chunk)
+                       if total is None or (c < total and total % c == 0)]
+            lanes = decide.choose(f"{name}.chunk", options + [lanes], default=lanes)
         if lanes is not None and (total is None or total > lanes):
             outer, inner = sch.split(fused, [None, lanes])
             sch.vectorize(inner)
@@ -178,7 +187,7 @@ def schedule_spatial(sch: Schedule, name: str, ctx: PassContext) -> str:
             outer = None
         else:
             outer = fused
-    if outer is not None and big:
+    if outer is not None and decide.choose(f"{name}.parallel", [False, True], default=big):
         sch.parallel(outer)
         parts.append("parallel")
     return ", ".join(parts) or "serial"
@@ -210,16 +219,19 @@ def _row_depth(func: PrimFunc, out: BlockInfo) -> int:
     return depth
 
 
-def schedule_reduction(sch: Schedule, ctx: PassContext) -> str:
+def schedule_reduction(sch: Schedule, ctx: PassContext, decide: Optional[Decisions] = None) -> str:
     """Reductions (softmax, norms, sums, pooling): every other block computed under the
     output block's row loops, those rows fused and run in parallel, contiguous row
     reductions rfactored into vector partials (``schedule_row_reduce.py``), inner spatial
-    loops vectorized. Blocks that cannot move keep their own loops and get their own schedule."""
+    loops vectorized. Blocks that cannot move keep their own loops and get their own schedule.
+    Decisions: ``parallel`` (the rows), ``<block>.rfactor`` (partials per row reduction, 0:
+    none), and the elementwise rule's for blocks scheduled on their own."""
+    decide = decide if decide is not None else Decisions()
     infos = block_infos(sch.func)
     params = params_of(sch.func)
     outs = [b for b in infos if any(w in params for w in b.written())]
     if len(outs) != 1:
-        return _each_block(sch, ctx)
+        return _each_block(sch, ctx, decide)
     out = outs[0]
     depth = _row_depth(sch.func, out)
     if out.is_reduction:
@@ -227,7 +239,7 @@ def schedule_reduction(sch: Schedule, ctx: PassContext) -> str:
         spatial = sum(1 for iv in out.block.iter_vars if iv.kind == "spatial")
         depth = min(depth, max(spatial - 1, 0)) if spatial > 1 else min(depth, spatial)
     if depth == 0:
-        return ", ".join([_each_block(sch, ctx)] + _rfactor_rows(sch, ctx))
+        return ", ".join([_each_block(sch, ctx, decide)] + _rfactor_rows(sch, ctx, decide))
     rows = loop_rvs(out)[:depth]
     moved = 0
     for info in reversed(infos):
@@ -242,10 +254,11 @@ def schedule_reduction(sch: Schedule, ctx: PassContext) -> str:
     extents = [static_extent(f) for f in out.loops]
     total = math.prod(e for e in extents if e is not None) if None not in extents else None
     parts = [f"rows {depth}", f"{moved} block(s) at rows"]
-    if total is None or total >= ctx.parallel_min_elements:
+    big = total is None or total >= ctx.parallel_min_elements
+    if decide.choose("parallel", [False, True], default=big):
         sch.parallel(row_loop)
         parts.append("parallel")
-    parts += _rfactor_rows(sch, ctx)
+    parts += _rfactor_rows(sch, ctx, decide)
     vec = _vectorize_inner(sch)
     if vec:
         parts.append(f"vectorize {vec} inner loop(s)")
@@ -253,18 +266,18 @@ def schedule_reduction(sch: Schedule, ctx: PassContext) -> str:
               not any(f.loop_var is row_loop.var for f in b.loops)]
     for b in others:
         if not b.is_reduction and b.loops and b.loops[0].kind == "serial":
-            schedule_spatial(sch, b.name, ctx)
+            schedule_spatial(sch, b.name, ctx, decide)
     return "reduction: " + ", ".join(parts)
 
 
-def _rfactor_rows(sch: Schedule, ctx: PassContext) -> List[str]:
+def _rfactor_rows(sch: Schedule, ctx: PassContext, decide: Decisions) -> List[str]:
     """Contiguous row reductions rfactored into vector partials (``schedule_row_reduce.py``),
     as a description part."""
     if not ctx.vectorize_reductions:
         return []
     # (imported here: schedule_row_reduce builds on this module's helpers)
     from .schedule_row_reduce import vectorize_row_reductions
-    done = vectorize_row_reductions(sch, ctx)
+    done = vectorize_row_reductions(sch, ctx, decide)
     return [f"rfactor {len(done)} reduction(s)"] if done else []
 
 
@@ -289,7 +302,7 @@ def _vectorize_inner(sch: Schedule) -> int:
     return count
 
 
-def _each_block(sch: Schedule, ctx: PassContext) -> str:
+def _each_block(sch: Schedule, ctx: PassContext, decide: Decisions) -> str:
     """No shared rows: each block on its own (spatial: elementwise rule; reduction: parallel
     over its leading spatial loops)."""
     parts = []
@@ -297,7 +310,7 @@ def _each_block(sch: Schedule, ctx: PassContext) -> str:
         if info.loops and info.loops[0].kind != "serial":
             continue
         if not info.is_reduction:
-            parts.append(schedule_spatial(sch, info.name, ctx))
+            parts.append(schedule_spatial(sch, info.name, ctx, decide))
             continue
         lead = []
         spatial_vars = set()
@@ -310,7 +323,7 @@ def _each_block(sch: Schedule, ctx: PassContext) -> str:
             lead.append(LoopRV(f.loop_var))
         extents = [static_extent(f) for f in info.loops]
         big = None in extents or math.prod(extents) >= ctx.parallel_min_elements
-        if lead and big:
+        if lead and decide.choose(f"{info.name}.parallel", [False, True], default=big):
             loop = sch.fuse(*lead) if len(lead) > 1 else lead[0]
             sch.parallel(loop)
             parts.append("parallel rows")

@@ -279,7 +279,7 @@ def schedule_contraction(sch: Schedule, c: Contraction, ctx: PassContext, kind: 
     for b in block_infos(sch.func):
         serial = all(f.kind == "serial" for f in b.loops)
         if not b.is_reduction and _at_root(sch.func, b) and serial:
-            schedule_spatial(sch, b.name, ctx)
+            schedule_spatial(sch, b.name, ctx, decide)
     return f"{kind}: " + ", ".join(parts)
 
 

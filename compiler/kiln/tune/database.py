@@ -11,7 +11,8 @@ A record (one JSON object per line; ``docs/tuning.md``)::
 ``Machine.key()``, ``threads`` the runtime threads it was timed with; the three together key a
 lookup. ``status`` is ``"ok"`` or why the candidate failed (``"build_error"``,
 ``"run_error"``, ``"timeout"``, ``"wrong_result"``) with ``message`` saying more; a failed
-record has no times and is never returned as the best.
+record has no times and is never returned as the best. A candidate may have several records
+(measured again); ``best`` ranks it by the median of its records.
 
 Records are appended one line per ``os.write`` on a file opened with ``O_APPEND`` under an
 exclusive ``fcntl.flock``, as each measurement finishes: a run stopped by Ctrl-C or a crash
@@ -152,11 +153,22 @@ class Database:
 
 
 def best_of(records: Iterable[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
-    """The fastest ``"ok"`` record among ``records`` (by median, then min), or None."""
-    ok = [r for r in records if r.get("status") == "ok" and r.get("median_s") is not None]
-    if not ok:
+    """The fastest ``"ok"`` candidate among ``records``, or None. A candidate measured more
+    than once (the tuner's final check re-times the default and the best) is ranked by the
+    median of its measurements' medians, so one lucky timing on a busy machine does not
+    win; the record returned is its median one."""
+    groups: Dict[str, List[Dict[str, Any]]] = {}
+    for r in records:
+        if r.get("status") == "ok" and r.get("median_s") is not None:
+            groups.setdefault(decisions_key(r["decisions"]), []).append(r)
+    if not groups:
         return None
-    return min(ok, key=lambda r: (r["median_s"], r.get("min_s") or r["median_s"]))
+
+    def middle(rs: List[Dict[str, Any]]) -> Dict[str, Any]:
+        rs = sorted(rs, key=lambda r: r["median_s"])
+        return rs[(len(rs) - 1) // 2]
+    return min((middle(rs) for rs in groups.values()),
+               key=lambda r: (r["median_s"], r.get("min_s") or r["median_s"]))
 
 
 def index_best(records: Iterable[Dict[str, Any]]) -> Dict[Key, Dict[str, Any]]:

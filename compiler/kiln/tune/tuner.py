@@ -120,10 +120,14 @@ class _TaskState:
         self.done = False
         self.update()
 
+    def candidates(self) -> int:
+        return len({decisions_key(x["decisions"]) for x in self.records})
+
     def update(self) -> None:
         r = self.report
-        r.trials = len(self.records)
-        r.failed = sum(1 for x in self.records if x["status"] != "ok")
+        r.trials = self.candidates()
+        ok = {decisions_key(x["decisions"]) for x in self.records if x["status"] == "ok"}
+        r.failed = r.trials - len(ok)
         best = best_of(self.records)
         if best is not None:
             r.best_s, r.best_decisions = best["median_s"], dict(best["decisions"])
@@ -132,7 +136,7 @@ class _TaskState:
         return [(x["decisions"], x["median_s"]) for x in self.records if x["status"] == "ok"]
 
     def left(self) -> Optional[int]:
-        return None if self.trials is None else max(0, self.trials - len(self.records))
+        return None if self.trials is None else max(0, self.trials - self.candidates())
 
     def gain(self) -> float:
         r = self.report
@@ -156,9 +160,10 @@ def tune(mod, target="llvm", db="tuning.jsonl", trials: Optional[int] = None,
     candidates per round (default: twice the builder processes). ``progress``: a tqdm bar on
     stderr with the best model estimate so far. With ``pipeline=False`` the module's tensor
     programs are tuned as they are (already through the pipeline with default_schedule off).
-    ``confirm``: at the end, time each tuned kernel's default and best candidates again, in
-    alternation, for the report's default / best columns (the search's own timings of the two
-    were taken minutes apart on a machine that may be busy); not recorded in the database.
+    ``confirm``: at the end (in the last tenth of a time budget), time the default and the
+    best candidate of each kernel improved in this run again, alternating, three times each;
+    these are recorded too, and give the report's default / best columns (the search's own
+    timings of the two were taken minutes apart on a machine that may be busy).
     Apply the records with ``PassContext(tuning_db=db)`` or ``kiln.compile(..., tuning_db=db)``.
     """
     t_start = time.monotonic()
@@ -177,22 +182,26 @@ def tune(mod, target="llvm", db="tuning.jsonl", trials: Optional[int] = None,
     batch = batch or 2 * len(getattr(executor, "builders", [None, None]))
     bar = _progress_bar(progress, states, trials)
 
-    def over_budget() -> bool:
-        return time_budget_s is not None and time.monotonic() - t_start >= time_budget_s
+    # The final check (``confirm``) gets the last tenth of a time budget.
+    search_s = None if time_budget_s is None else time_budget_s * (0.9 if confirm else 1.0)
 
-    def record(state: _TaskState, decisions, res: MeasureResult, new: bool = True) -> None:
+    def over_budget() -> bool:
+        return search_s is not None and time.monotonic() - t_start >= search_s
+
+    def record(state: _TaskState, decisions, res: MeasureResult, new: bool = True,
+               again: bool = False) -> None:
         t = state.task
         rec = make_record(t.workload, t.target_key, t.threads, t.name, decisions, res.status,
                           res.message, res.median_s, res.min_s, ops=t.ops,
                           target_str=t.target, build_s=round(res.build_s, 3),
                           run_s=round(res.run_s, 3))
-        if new:
+        if new or again:
             database.append(rec)
             state.records.append(rec)
-            state.report.new += 1
+            state.report.new += 0 if again else 1
         state.update()
         if bar is not None:
-            bar.update(1 if new else 0)
+            bar.update(1 if new and not again else 0)
             _bar_status(bar, report)
         report.curve.append((sum(s.report.new for s in states), time.monotonic() - t_start,
                              report.best_model_s))
@@ -217,8 +226,8 @@ def tune(mod, target="llvm", db="tuning.jsonl", trials: Optional[int] = None,
             improved = s.report.best_s is not None and (before is None
                                                         or s.report.best_s < before * 0.995)
             s.stale_batches = 0 if improved else s.stale_batches + 1
-        if confirm and not over_budget():
-            _confirm(states, executor)
+        if confirm:
+            _confirm(states, executor, record)
     except KeyboardInterrupt:
         report.interrupted = True
     finally:
@@ -229,7 +238,7 @@ def tune(mod, target="llvm", db="tuning.jsonl", trials: Optional[int] = None,
     for s in states:
         if s.space.exhausted and s.left():
             s.report.note = s.report.note or (f"every candidate of its space was measured "
-                                              f"({s.report.trials} records)")
+                                              f"({s.report.trials} candidates)")
     report.seconds = time.monotonic() - t_start
     return report
 
@@ -258,28 +267,42 @@ def _baselines(states: List[_TaskState], executor: Executor, record) -> None:
     executor.measure(inputs, done)
 
 
-def _confirm(states: List[_TaskState], executor: Executor, rounds: int = 3) -> None:
-    """Default and best of each improved task timed again, alternating, ``rounds`` times;
-    the medians replace the report's default and best times."""
-    todo = [s for s in states if s.reference is not None and s.report.best_decisions
+def _confirm(states: List[_TaskState], executor: Executor, record, rounds: int = 3) -> None:
+    """Default and best of each improved task timed again, alternating, ``rounds`` times.
+    The measurements are recorded, so the database ranks both by several timings
+    (``database.best_of``: the median of a candidate's records), which may make the default
+    the best again on a noisy machine; the report's default and best times are the medians
+    of these alternating runs."""
+    todo = [(s, dict(s.report.best_decisions)) for s in states
+            if s.reference is not None and s.report.new > 0 and s.report.best_decisions
             and s.report.best_decisions != s.report.default_decisions]
     if not todo:
         return
-    inputs = []
+    inputs, owner = [], []
     for _ in range(rounds):
-        for s in todo:
+        for s, best in todo:
             inputs += [MeasureInput(s.task, s.report.default_decisions, s.reference),
-                       MeasureInput(s.task, s.report.best_decisions, s.reference)]
-    results = executor.measure(inputs)
-    for s in todo:
-        d = [r.median_s for m, r in zip(inputs, results) if m.task is s.task and r.ok
-             and m.decisions == s.report.default_decisions]
-        b = [r.median_s for m, r in zip(inputs, results) if m.task is s.task and r.ok
-             and m.decisions == s.report.best_decisions]
-        if d and b:
-            s.report.default_s = sorted(d)[len(d) // 2]
-            s.report.best_s = sorted(b)[len(b) // 2]
-            s.report.confirmed = True
+                       MeasureInput(s.task, best, s.reference)]
+            owner += [s, s]
+    results = executor.measure(
+        inputs, lambda i, res: record(owner[i], inputs[i].decisions, res, again=True))
+    for s, best in todo:
+        times = {"default": [], "best": []}
+        for m, o, r in zip(inputs, owner, results):
+            if o is s and r.ok:
+                times["default" if m.decisions == s.report.default_decisions else "best"] \
+                    .append(r.median_s)
+        if not times["default"] or not times["best"]:
+            continue
+        med = {k: sorted(v)[(len(v) - 1) // 2] for k, v in times.items()}
+        s.report.confirmed = True
+        s.report.default_s = med["default"]
+        if s.report.best_decisions == best:
+            s.report.best_s = med["best"]
+        elif s.report.best_decisions == s.report.default_decisions:
+            s.report.best_s = med["default"]
+            s.report.note = ("measured again, the default schedule was not slower than the "
+                             "best candidate: the default stays")
 
 
 def _run_timeout(s: _TaskState, executor: Executor) -> float:
