@@ -189,6 +189,34 @@ def run_candidate(lib_path: str, specs: Sequence[ArgSpec], threads: int,
             "number": number, "first_s": first, "outputs": outputs if want_outputs else None}
 
 
+def run_models(lib_paths: Sequence[str], function: str, specs: Sequence[ArgSpec],
+               threads: int, rounds: int, calls: int, seed: int) -> List[float]:
+    """Compiled models (``kiln.compile`` libraries) timed end to end in alternating rounds
+    of ``calls`` calls of ``function`` on seeded random inputs; the median seconds per call
+    of each (in the runner process). Their outputs must agree (``compare``)."""
+    from ..runtime import VirtualMachine, cpu, nd, set_num_threads
+    set_num_threads(threads)
+    fns = [VirtualMachine(p, cpu())[function] for p in lib_paths]
+    args = [nd.array(a) for a in make_args(specs, seed)]
+
+    def outputs(r):
+        return [o.numpy() for o in (r if isinstance(r, tuple) else (r,))]
+    first = outputs(fns[0](*args))
+    for f in fns[1:]:
+        why = compare(outputs(f(*args)), first, 1e-3)
+        if why is not None:
+            raise ValueError(f"the compiled models disagree: {why}")
+    times: List[List[float]] = [[] for _ in fns]
+    for _ in range(rounds):
+        for f, ts in zip(fns, times):
+            f(*args)
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                f(*args)
+            ts.append((time.perf_counter() - t0) / calls)
+    return [float(np.median(ts)) for ts in times]
+
+
 # ---- executors -------------------------------------------------------------------------------
 class Executor:
     """Builds and runs candidates. ``measure(inputs, on_result, run_timeout_s)`` returns one

@@ -67,6 +67,10 @@ class TuneReport:
     skipped: Dict[str, str]
     seconds: float = 0.0
     interrupted: bool = False
+    # measured end to end (check_model): the whole model compiled without and with the records
+    model_default_s: Optional[float] = None
+    model_tuned_s: Optional[float] = None
+    model_note: str = ""
     curve: List[tuple] = field(default_factory=list)   # (trials, seconds, model estimate)
 
     @property
@@ -99,6 +103,12 @@ class TuneReport:
         if d is not None:
             lines.append(f"model estimate (sum of calls x time): default {d * 1e3:.3f} ms, "
                          f"tuned {b * 1e3:.3f} ms ({d / b:.2f}x), in {self.seconds:.0f} s")
+        md, mt = self.model_default_s, self.model_tuned_s
+        if md is not None and mt is not None:
+            lines.append(f"model measured end to end (alternating): default {md * 1e3:.3f} ms, "
+                         f"tuned {mt * 1e3:.3f} ms ({md / mt:.2f}x)")
+        if self.model_note:
+            lines.append(f"model: {self.model_note}")
         for name, why in self.skipped.items():
             lines.append(f"not tuned: {name}: {why}")
         for k in self.kernels:
@@ -148,7 +158,7 @@ def tune(mod, target="llvm", db="tuning.jsonl", trials: Optional[int] = None,
          time_budget_s: Optional[float] = None, num_threads: Optional[int] = None,
          ctx=None, executor: Optional[Executor] = None, options: Optional[MeasureOptions] = None,
          batch: Optional[int] = None, seed: int = 0, progress: bool = True,
-         pipeline: bool = True, confirm: bool = True) -> TuneReport:
+         pipeline: bool = True, confirm: bool = True, check_model: bool = True) -> TuneReport:
     """Tune the kernels of ``mod`` (graph functions and tensor programs, e.g. an ONNX import
     after ``bind_params``) for ``target`` at ``num_threads`` runtime threads (default: every
     core), appending every measurement to the database ``db``; returns a ``TuneReport``.
@@ -161,10 +171,13 @@ def tune(mod, target="llvm", db="tuning.jsonl", trials: Optional[int] = None,
     stderr with the best model estimate so far. With ``pipeline=False`` the module's tensor
     programs are tuned as they are (already through the pipeline with default_schedule off).
     ``confirm``: at the end (in the last tenth of a time budget), time the default and the
-    best candidate of each kernel improved in this run again, alternating, three times each;
-    these are recorded too, and give the report's default / best columns (the search's own
-    timings of the two were taken minutes apart on a machine that may be busy).
-    Apply the records with ``PassContext(tuning_db=db)`` or ``kiln.compile(..., tuning_db=db)``.
+    best candidate of each kernel improved in this run again, alternating, three times each
+    (``_confirm``); these are recorded too, and give the report's default / best columns (the
+    search's own timings of the two were taken minutes apart on a machine that may be busy).
+    ``check_model``: at the very end, compile the whole model with the default schedules and
+    with the records and time both end to end, alternating (``report.model_default_s`` /
+    ``model_tuned_s``): kernels timed alone can behave differently in the model (the thread
+    pool, caches). Apply the records with ``PassContext(tuning_db=db)`` or ``kiln.compile(..., tuning_db=db)``.
     """
     t_start = time.monotonic()
     if trials is None and time_budget_s is None:
@@ -228,6 +241,8 @@ def tune(mod, target="llvm", db="tuning.jsonl", trials: Optional[int] = None,
             s.stale_batches = 0 if improved else s.stale_batches + 1
         if confirm:
             _confirm(states, executor, record)
+        if check_model and pipeline and any(s.report.new for s in states):
+            _check_model(mod, target, threads, ctx, database.path, executor, report)
     except KeyboardInterrupt:
         report.interrupted = True
     finally:
@@ -267,42 +282,90 @@ def _baselines(states: List[_TaskState], executor: Executor, record) -> None:
     executor.measure(inputs, done)
 
 
-def _confirm(states: List[_TaskState], executor: Executor, record, rounds: int = 3) -> None:
-    """Default and best of each improved task timed again, alternating, ``rounds`` times.
-    The measurements are recorded, so the database ranks both by several timings
-    (``database.best_of``: the median of a candidate's records), which may make the default
-    the best again on a noisy machine; the report's default and best times are the medians
-    of these alternating runs."""
-    todo = [(s, dict(s.report.best_decisions)) for s in states
-            if s.reference is not None and s.report.new > 0 and s.report.best_decisions
-            and s.report.best_decisions != s.report.default_decisions]
-    if not todo:
-        return
-    inputs, owner = [], []
-    for _ in range(rounds):
-        for s, best in todo:
-            inputs += [MeasureInput(s.task, s.report.default_decisions, s.reference),
-                       MeasureInput(s.task, best, s.reference)]
-            owner += [s, s]
-    results = executor.measure(
-        inputs, lambda i, res: record(owner[i], inputs[i].decisions, res, again=True))
-    for s, best in todo:
-        times = {"default": [], "best": []}
-        for m, o, r in zip(inputs, owner, results):
-            if o is s and r.ok:
-                times["default" if m.decisions == s.report.default_decisions else "best"] \
-                    .append(r.median_s)
-        if not times["default"] or not times["best"]:
+def _confirm(states: List[_TaskState], executor: Executor, record, rounds: int = 3,
+             checks: int = 3) -> None:
+    """The best candidate of each kernel improved in this run timed again against the
+    default, alternating, ``rounds`` times each. The timings are recorded, so the database
+    ranks both by several timings (``database.best_of``: the median of a candidate's
+    records); when that makes another candidate the best (one timed only once), it is checked
+    the same way, up to ``checks`` candidates per kernel. The report's default and best times
+    are the medians of these alternating runs."""
+    todo = [s for s in states if s.reference is not None and s.report.new > 0]
+    timed: Dict[int, Dict[str, List[float]]] = {id(s): {} for s in todo}
+    for _ in range(checks):
+        round_ = [(s, dict(s.report.best_decisions)) for s in todo
+                  if s.report.best_decisions
+                  and s.report.best_decisions != s.report.default_decisions
+                  and decisions_key(s.report.best_decisions) not in timed[id(s)]]
+        if not round_:
+            break
+        inputs, owner = [], []
+        for _ in range(rounds):
+            for s, best in round_:
+                inputs += [MeasureInput(s.task, s.report.default_decisions, s.reference),
+                           MeasureInput(s.task, best, s.reference)]
+                owner += [s, s]
+
+        def done(i: int, res: MeasureResult) -> None:
+            record(owner[i], inputs[i].decisions, res, again=True)
+            if res.ok:
+                timed[id(owner[i])].setdefault(decisions_key(inputs[i].decisions), []) \
+                    .append(res.median_s)
+        executor.measure(inputs, done)
+    for s in todo:
+        t = timed[id(s)]
+        d = t.get(decisions_key(s.report.default_decisions))
+        if not d:
             continue
-        med = {k: sorted(v)[(len(v) - 1) // 2] for k, v in times.items()}
         s.report.confirmed = True
-        s.report.default_s = med["default"]
-        if s.report.best_decisions == best:
-            s.report.best_s = med["best"]
-        elif s.report.best_decisions == s.report.default_decisions:
-            s.report.best_s = med["default"]
-            s.report.note = ("measured again, the default schedule was not slower than the "
-                             "best candidate: the default stays")
+        s.report.default_s = _median(d)
+        if s.report.best_decisions == s.report.default_decisions:
+            s.report.best_s = s.report.default_s
+            s.report.note = ("measured again, alternating with the default, no candidate was "
+                             "faster: the default stays")
+        elif decisions_key(s.report.best_decisions) in t:
+            s.report.best_s = _median(t[decisions_key(s.report.best_decisions)])
+        else:
+            s.report.note = "the best candidate was not measured again (too many checks)"
+
+
+def _check_model(mod, target, threads: int, ctx, db: str, executor: Executor,
+                 report: TuneReport, rounds: int = 7) -> None:
+    """The model compiled without and with the records, timed end to end alternately in the
+    executor's runner process (``measure.run_models``)."""
+    from ..executable import compile as compile_model
+    from ..transform.infra import PassContext
+    from ..transform.pipeline import get_pipeline
+    from .workload import ArgSpec
+    runner = getattr(executor, "runner", None)
+    if runner is None:
+        report.model_note = "not measured end to end (the executor has no local runner)"
+        return
+    base = (ctx or PassContext()).replace(target=str(target), cores=threads)
+    libs, spec = [], None
+    for c in (base.replace(tuning_db=None), base.replace(tuning_db=db)):
+        ex = compile_model(get_pipeline("default", c)(mod), target)
+        libs.append(ex.library_path)
+        public = [f for f in ex.spec.functions if not f.private]
+        spec = public[0] if public else None
+    if spec is None or any(not isinstance(d, int) for p in spec.params for d in p.shape):
+        report.model_note = "not measured end to end (no function with static shapes)"
+        return
+    args = [ArgSpec(tuple(p.shape), p.dtype, False) for p in spec.params]
+    est = report.default_model_s or 1e-3
+    calls = max(1, int(0.02 / max(est, 1e-6)))
+    from .measure import run_models
+    kind, value = runner.call(run_models, (libs, spec.name, args, threads, rounds, calls, 0),
+                              max(60.0, 50 * rounds * calls * est))
+    if kind != "ok":
+        report.model_note = f"the end-to-end check failed ({kind}): {str(value).splitlines()[0]}"
+        return
+    report.model_default_s, report.model_tuned_s = value
+
+
+def _median(xs: List[float]) -> float:
+    xs = sorted(xs)
+    return xs[(len(xs) - 1) // 2]
 
 
 def _run_timeout(s: _TaskState, executor: Executor) -> float:
