@@ -1,26 +1,32 @@
 """conv2d computed in a channel-blocked layout (NCHW[x]c): the te definitions the default
 pipeline uses for a float32 conv2d whose weight is a constant (``transform/conv_blocked.py``
-decides when). The operator itself, its shape rule and numpy reference stay ``conv2d`` in
-``nn.py``; this is another tensor program for the same thing, read NCHW and written NCHW.
+decides when), and for the operator ``conv2d_nchwc`` (``ops/nchwc.py``) that
+``transform/layout_nchwc.py`` puts where activations stay channel-blocked from conv to conv.
+For a ``conv2d`` this is another tensor program for the same thing, read NCHW and written NCHW;
+``conv2d_nchwc`` reads NCHW or ``[N, C/bi, H, W, bi]`` and writes NCHW or ``[N, O/bn, H, W, bn]``.
 
 The weight arrives pre-packed by output-channel blocks of ``bn`` with the input channels
 innermost (OHWI[bn]o, ``Wp[o // bn, ky, kx, i, o % bn]``, see ``transform/layout.py``), so one
 vector load gives the weights of ``bn`` output channels for one input tap, and the reduction
-(kernel rows, kernel columns, input channels) walks the weight sequentially. The result is computed as
-``conv2d_nchwc[n, o // bn, p, o % bn]`` over the flat output pixels ``p = y * W + x`` of each
-image (or ``[n, o // bn, y, x, o % bn]`` when the tiles run along rows; the block ``conv2d_nchwc``, which the kernel builder annotates ``kiln.layout = nchwc`` so
-that the schedule finds it) and read back as NCHW by the elementwise block ``conv2d``, which the
-schedule folds into the register tile's write-back:
+(kernel rows, kernel columns, input channels) walks the weight sequentially. The result is
+computed as ``conv2d_nchwc[n, o // bn, p, o % bn]`` over the flat output pixels
+``p = y * W + x`` of each image (or ``[n, o // bn, y, x, o % bn]`` when the tiles run along
+rows; the block ``conv2d_nchwc``, which the kernel builder annotates ``kiln.layout = nchwc`` so
+that the schedule finds it) and read back as NCHW (or as the blocked output) by the elementwise
+block ``conv2d``, which the schedule folds into the register tile's write-back:
 ``sum over (ry, rx, rc) pad[n, rc, (p // W)*s + ry*d, (p % W)*s + rx*d] * Wp[o // bn, ry, rx, rc, o % bn]``
 (the input is broadcast, the weight is a vector load). The pixels are one flat run so that the
 register tile's pixels need not fit a row: a 6-pixel tile covers a 7 x 7 image as 8 full tiles
 and one of 1 pixel, where tiling each row of 7 wastes 5 of 12 slots
-(``transform/conv_blocked.tile_plan`` picks rows or flat).
+(``transform/conv_blocked.tile_plan`` picks rows or flat). A blocked input is read as
+``pad[n, rco, yy, xx, rci]`` over the reductions ``(ry, rx, rco, rci)``: a pixel's channels are
+contiguous, and a blocked output is written ``bn`` contiguous channels per pixel.
 
-With ``pixel_major`` the input is first copied to NHWC (``conv2d_pad_nhwc``, with the padding
-if any), so that the reduction over input channels reads each pixel's channels contiguously
-instead of one value per channel plane (``transform/conv_blocked.pixel_major`` says when). Only regular convolutions (groups = 1)
-are blocked: depthwise ones measured faster in the NCHW schedule (``transform/conv_blocked.py``).
+With ``pixel_major`` an NCHW input is first copied to NHWC (``conv2d_pad_nhwc``, with the
+padding if any), so that the reduction over input channels reads each pixel's channels
+contiguously instead of one value per channel plane (``transform/conv_blocked.pixel_major``
+says when). Only regular convolutions (groups = 1) are computed here; depthwise ones over NCHW
+stay in the NCHW schedule, over blocked activations they are ``depthwise_conv2d_nchwc``.
 """
 from __future__ import annotations
 
@@ -35,9 +41,18 @@ BLOCK_NAME = "conv2d_nchwc"
 
 
 def _geometry(x: te.Tensor, w_shape, attrs):
+    """The conv's output shape and attributes; ``x`` NCHW or blocked ``[N, C/b, H, W, b]``."""
+    in_shape = nchw_shape(x.shape)
     shape, (strides, before, after, dilation, groups, kernel) = _conv_shape(
-        "conv2d", TensorType(x.shape, x.dtype), TensorType(tuple(w_shape), x.dtype), attrs, 2)
+        "conv2d", TensorType(in_shape, x.dtype), TensorType(tuple(w_shape), x.dtype), attrs, 2)
     return shape, strides, before, after, dilation, groups, kernel
+
+
+def nchw_shape(shape) -> tuple:
+    """The NCHW shape of a tensor that is NCHW (4-D) or channel-blocked ``[N, C/b, H, W, b]``."""
+    if len(shape) == 5:
+        return (shape[0], const_dim(shape[1]) * const_dim(shape[4]), shape[2], shape[3])
+    return tuple(shape)
 
 
 def _tap(o, r, stride, dilation):
@@ -45,12 +60,16 @@ def _tap(o, r, stride, dilation):
 
 
 def conv2d_nchwc(x: te.Tensor, wp: te.Tensor, w_shape, attrs: dict, bn: int,
-                 flat: bool = True, pixel_major: bool = False) -> te.Tensor:
-    """NCHW ``conv2d(x, W)`` from the packed weight ``wp`` (``[O/bn, KH, KW, I, bn]`` of the
+                 flat: bool = True, pixel_major: bool = False,
+                 out_blocked: bool = False) -> te.Tensor:
+    """``conv2d(x, W)`` from the packed weight ``wp`` (``[O/bn, KH, KW, I, bn]`` of the
     weight of shape ``w_shape``), computed in blocks of ``bn`` output channels; groups must be 1.
-    ``flat``: the blocked result over flat pixels ``[N, O/bn, H*W, bn]`` (else
-    ``[N, O/bn, H, W, bn]``, for tiles along rows); ``pixel_major``: read the input through an
-    NHWC copy (module docstring)."""
+    ``x`` is NCHW, or channel-blocked ``[N, I/bi, H, W, bi]`` (then the reduction runs over
+    ``(ry, rx, rco, rci)``, input channel ``rco * bi + rci``, so each step reads a pixel's
+    ``bi`` channels contiguously). ``flat``: the blocked result over flat pixels
+    ``[N, O/bn, H*W, bn]`` (else ``[N, O/bn, H, W, bn]``, for tiles along rows);
+    ``pixel_major``: read an NCHW input through an NHWC copy (module docstring);
+    ``out_blocked``: the result is ``[N, O/bn, OH, OW, bn]`` (NCHW[bn]c) instead of NCHW."""
     shape, strides, before, after, dilation, groups, kernel = _geometry(x, w_shape, attrs)
     n_out, cg = int(w_shape[0]), int(w_shape[1])
     if n_out % bn:
@@ -66,23 +85,33 @@ def conv2d_nchwc(x: te.Tensor, wp: te.Tensor, w_shape, attrs: dict, bn: int,
     if groups != 1:
         raise ValueError(f"conv2d_nchwc: groups={groups} with weight {tuple(w_shape)}; only regular "
                          "convolutions (groups = 1) are computed channel-blocked")
+    in_block = const_dim(x.shape[4]) if len(x.shape) == 5 else None
+    if in_block is not None and pixel_major:
+        raise ValueError("conv2d_nchwc: a channel-blocked input is read as it is (no NHWC copy)")
     pad = x
     if any(before) or any(after):
-        pad = padded(x, [(0, 0), (0, 0)] + list(zip(before, after)), 0.0,
-                     name="conv2d_border" if pixel_major else "conv2d_pad")
+        pads = [(0, 0), (0, 0)] + list(zip(before, after)) + ([(0, 0)] if in_block else [])
+        pad = padded(x, pads, 0.0, name="conv2d_border" if pixel_major else "conv2d_pad")
     if pixel_major:
         src = pad
         n_, c_, h_, w_ = src.shape
         # The padding (inlined into it) and the transpose in one pass over the input.
         pad = te.compute((n_, h_, w_, c_), lambda n, yy, xq, c: src[n, c, yy, xq],
                          name="conv2d_pad_nhwc")
+    if in_block is not None:
+        rco = te.reduce_axis((0, cg // in_block), name="rco")
+        rci = te.reduce_axis((0, in_block), name="rci")
+        axes = [ry, rx, rco, rci]
 
-        def read(n, c, yy, xq):
-            return pad[n, yy, xq, c]
+        def term(n, yy, xq, ob, oi):
+            return pad[n, rco, yy, xq, rci] * wp[ob, ry, rx, rco * in_block + rci, oi]
     else:
-        def read(n, c, yy, xq):
-            return pad[n, c, yy, xq]
-    rc = te.reduce_axis((0, cg), name="rc")
+        rc = te.reduce_axis((0, cg), name="rc")
+        axes = [ry, rx, rc]
+
+        def term(n, yy, xq, ob, oi):
+            value = pad[n, yy, xq, rc] if pixel_major else pad[n, rc, yy, xq]
+            return value * wp[ob, ry, rx, rc, oi]
 
     def f(n, ob, *pixel):
         oi = pixel[-1]
@@ -91,11 +120,14 @@ def conv2d_nchwc(x: te.Tensor, wp: te.Tensor, w_shape, attrs: dict, bn: int,
         else:
             p = pixel[0]
             y, xx = (p // width, p % width) if width > 1 else (p, 0)
-        return te.sum(read(n, rc, _tap(y, ry, sy, dy), _tap(xx, rx, sx, dx)) *
-                      wp[ob, ry, rx, rc, oi], axis=[ry, rx, rc])
+        return te.sum(term(n, _tap(y, ry, sy, dy), _tap(xx, rx, sx, dx), ob, oi), axis=axes)
     out = te.compute(blocked, f, name=BLOCK_NAME)
+    if out_blocked:
+        if not flat:
+            return out
+        return te.compute(blocked[:2] + (height, width, bn),
+                          lambda n, ob, y, xx, oi: out[n, ob, y * width + xx, oi], name="conv2d")
     if not flat:
         return te.compute(shape, lambda n, o, y, xx: out[n, o // bn, y, xx, o % bn], name="conv2d")
     return te.compute(shape, lambda n, o, y, xx: out[n, o // bn, y * width + xx, o % bn],
                       name="conv2d")
-
