@@ -8,11 +8,12 @@ a regular convolution (groups = 1) with a multiple of 8 output channels, except 
 conv with an output at least 16 wide and fewer than 64 multiply-adds per output (``C*KH*KW``):
 the NCHW schedule, vectorized along the width, is faster there (the blocked write-back scatters
 across channel planes, which only pays off when each output takes enough FMAs). Depthwise
-convolutions (groups = channels = output channels) stay NCHW at any stride: since stride-2 lanes
-load as two vectors and a shuffle (codegen) and the padding copies rows with vector loads, the
-NCHW schedule runs MobileNetV2's stride-2 depthwise layers 1.4-2.7x faster than the blocked
-program, which repacks its input to NCHW[bn]c with a gather per element (``ops/conv_nchwc.py``
-keeps that program, for a graph-level NCHWc layout that would not need the repack);
+convolutions (groups = channels = output channels) of an NCHW input stay NCHW at any stride:
+repacking their input to NCHW[bn]c would cost a gather per element. Where the activations are
+channel-blocked already (``layout_nchwc.py``), a conv reads and writes them blocked
+(``conv2d_nchwc``: its write-back stores whole vectors, so the exception above does not apply
+there, and ``nchwc_compute`` picks its tile form) and a depthwise conv is
+``depthwise_conv2d_nchwc``;
 
 a 1x1 unit-stride conv on a small image reads its input through an NHWC copy (``pixel_major``);
 
@@ -106,16 +107,9 @@ def pixel_major(call: Call) -> bool:
     Measured (alternating rounds, one thread, against the NCHW read): MobileNetV2's 7 x 7
     1x1 convs run 1.3-1.45x faster (160->960, 960->160, 960->320, 320->1280); its 14 x 14 ones
     0.87-1.0x (the copy costs more than it saves there), 3x3 512 @7 0.9x."""
-    attrs = dict(call.attrs)
     w = call.args[1].ty.static_shape()
     out = call.ty.static_shape()
-    if w is None or out is None or tuple(w[2:]) != (1, 1):
-        return False
-    strides = attrs.get("strides", (1, 1))
-    strides = tuple(strides) if isinstance(strides, (list, tuple)) else (strides, strides)
-    padding = attrs.get("padding", (0,))
-    padding = tuple(padding) if isinstance(padding, (list, tuple)) else (padding,)
-    if any(s != 1 for s in strides) or any(p != 0 for p in padding):
+    if w is None or out is None or tuple(w[2:]) != (1, 1) or not _unit_unpadded(call):
         return False
     return out[2] * out[3] <= PIXEL_MAJOR_PIXELS
 
@@ -197,3 +191,27 @@ def conv_tile(channels: int, height: int, width: int,
         if best is None or key > best[0]:
             best = (key, bn, xt, flat)
     return None if best is None else best[1:]
+
+
+def nchwc_compute(call: Call, args, ctx: PassContext):
+    """The te program of a ``conv2d_nchwc`` call (``ops/nchwc.py``) on the te tensors ``args``:
+    tiles over flat pixels or along rows as ``tile_plan`` picks for its block (the weight's)
+    and output size; an NCHW input of a small 1x1 conv read through an NHWC copy
+    (``pixel_major``)."""
+    from ..ops.nchwc import conv2d_nchwc_compute
+    w = call.args[1].ty.static_shape()
+    out = call.ty.static_shape()
+    flat = tile_plan(w[4], out[2], out[3], ctx)[1]
+    x = call.args[0].ty.static_shape()
+    nhwc = len(x) == 4 and tuple(w[1:3]) == (1, 1) and _unit_unpadded(call) and \
+        out[2] * out[3] <= PIXEL_MAJOR_PIXELS
+    return conv2d_nchwc_compute(args, dict(call.attrs), flat=flat, pixel_major=nhwc)
+
+
+def _unit_unpadded(call: Call) -> bool:
+    attrs = dict(call.attrs)
+    strides = attrs.get("strides", (1, 1))
+    strides = tuple(strides) if isinstance(strides, (list, tuple)) else (strides, strides)
+    padding = attrs.get("padding", (0,))
+    padding = tuple(padding) if isinstance(padding, (list, tuple)) else (padding,)
+    return all(s == 1 for s in strides) and all(p == 0 for p in padding)

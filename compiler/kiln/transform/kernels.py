@@ -13,7 +13,9 @@ Weights of contractions are read through a packed layout when ``layout.pack_plan
 ``fold_constant`` evaluates at compile time; blocks that pack are annotated
 ``{"kiln.layout": "pack"}`` so the schedule keeps them. A conv2d that ``conv_blocked.py``
 picks is built from the channel-blocked program of ``ops/conv_nchwc.py`` instead of the
-operator's own compute (same result), its reduction block annotated ``{"kiln.layout": "nchwc"}``.
+operator's own compute (same result), its reduction block annotated ``{"kiln.layout": "nchwc"}``;
+so is ``conv2d_nchwc`` (``ops/nchwc.py``, from ``layout_nchwc.py``), with the tile form that
+``conv_blocked.nchwc_compute`` picks for the target.
 """
 from __future__ import annotations
 
@@ -145,6 +147,9 @@ def build_kernel(group: Sequence[Tuple[GraphVar, Call]], ctx: PassContext) -> Ke
                 result = conv_nchwc.conv2d_nchwc(args[0], args[1], plan.shape, dict(call.attrs),
                                                  plan.lanes, conv_blocked.flat_pixels(call, ctx),
                                                  conv_blocked.pixel_major(call))
+            elif call.op == "conv2d_nchwc":
+                # Its tile form (rows or flat pixels) and input copy are chosen for the target.
+                result = conv_blocked.nchwc_compute(call, args, ctx)
             else:
                 result = op.compute(args, dict(call.attrs))
         except ops.OpError:

@@ -51,6 +51,8 @@ from .schedule_rules import (block_infos, consumers, find, inline_intermediates,
 # re-reads each row from L2 per tap) and stops LLVM from unrolling the kernel loops around a
 # shared broadcast (rc outermost, (ry, rx) unrolled: a 6 x 16 tile spills, 3x slower).
 REDUCE_CHANNELS = 8
+# Input channels per reduction step when the input is channel-blocked (a divisor of its block).
+BLOCKED_REDUCE_CHANNELS = 8
 # Images x channel blocks enough to share among the threads; with fewer, the pixel tiles of
 # each channel block are run in parallel instead.
 PARALLEL_TASKS = 4
@@ -116,6 +118,17 @@ def schedule_blocked_conv(func: PrimFunc, ctx: PassContext,
         if 1 < ci < c_ext:
             rco, rci = sch.split(rc, [None, ci])
             red = [rco, ry, rx, rci]
+    elif len(red) == 4:
+        # A channel-blocked input: (ry, rx, rco, rci), rci the ``bi`` channels of a pixel.
+        ry, rx, rco, rci = red
+        bi = extents[n_sp + 3]
+        divisors = [d for d in range(1, bi + 1) if bi % d == 0]
+        ci = decide.choose("ci", divisors, default=max(d for d in divisors
+                                                       if d <= BLOCKED_REDUCE_CHANNELS))
+        red = [rco, ry, rx, rci]
+        if ci < bi:
+            rcio, rcii = sch.split(rci, [None, ci])
+            red = [rco, rcio, ry, rx, rcii]
     sch.reorder(*(outer + red + [pi, oi]))
 
     out_buf = info.written()[0]
@@ -182,7 +195,7 @@ def _out_rows(func: PrimFunc, info) -> int:
     its epilogue writes (1 when that is not found)."""
     for e in consumers(func, info.written()[0]):
         for buf in e.written():
-            if len(buf.shape) == 4:
+            if len(buf.shape) in (4, 5):      # NCHW, or NCHW[bn]c
                 return int(buf.shape[2].value)
     return 1
 
@@ -216,9 +229,12 @@ def _regroup_epilogue(func: PrimFunc, conv: str) -> Optional[PrimFunc]:
         return None
     e = readers[0]
     bn = int(out.shape[-1].value)
+    flat = len(out.shape) == 4
     try:
+        if len(e.written()[0].shape) == 5:     # a blocked output: already (n, ob, y, x, oi)
+            return fuse_block_iter(func, e.name, 2, 2) if flat else None
         func = split_block_iter(func, e.name, 1, bn)
-        return fuse_block_iter(func, e.name, 2, 2) if len(out.shape) == 4 else func
+        return fuse_block_iter(func, e.name, 2, 2) if flat else func
     except BlockIterError:
         return None
 
