@@ -14,6 +14,9 @@ hand-written schedules are left alone) is scheduled with ``kiln.Schedule``:
    - ``conv nchwc`` (a conv2d computed channel-blocked, ``conv_blocked.py``): a tile of
      output pixels x a block of output channels, vectorized over the channels
      (``schedule_conv.py``);
+   - ``depthwise nchwc`` / ``pool nchwc`` (a depthwise conv or pool over channel-blocked
+     activations, ``layout_nchwc.py``): vectorized over the channels of a block
+     (``schedule_nchwc.py``);
    - ``matmul`` / ``conv`` (one sum-of-products reduction: matmul, linear, batched matmul,
      conv2d): the register-tile recipe of ``bench/matmul.py`` (``schedule_tile.py``), with
      the elementwise epilogue (bias, batch-norm scale/shift, relu, gelu) folded into the
@@ -55,6 +58,8 @@ from .kernels import (ATTR_ANCHOR, ATTR_DECISIONS, ATTR_SCHEDULE, ATTR_SCHEDULED
 from .schedule_rules import (block_infos, consumers, has_select, inline_intermediates,
                              schedule_reduction, schedule_spatial, serial_loops_only)
 from .schedule_conv import find_blocked_conv, schedule_blocked_conv
+from .schedule_nchwc import (find_blocked_pool, find_depthwise, schedule_blocked_pool,
+                             schedule_depthwise)
 from .schedule_pool import pool_block, schedule_pool
 from .schedule_tile import analyze_contraction, schedule_contraction
 from .schedule_winograd import RULES as WINOGRAD_RULES
@@ -142,6 +147,10 @@ def _by_kind(func: PrimFunc, ctx: PassContext, decide: Decisions) -> Tuple[PrimF
         return rule(func, ctx, decide)
     if find_blocked_conv(func) is not None:
         return schedule_blocked_conv(func, ctx, decide)
+    if find_depthwise(func) is not None:
+        return schedule_depthwise(func, ctx, decide)
+    if find_blocked_pool(func) is not None:
+        return schedule_blocked_pool(func, ctx, decide)
     sch = _start(func)
     inline_intermediates(sch, _keep(sch))
     infos = block_infos(sch.func)

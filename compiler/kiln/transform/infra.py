@@ -52,6 +52,9 @@ class PassContext:
     - ``conv_blocking``: a float32 conv2d with a constant weight is computed in blocks of
       output channels (NCHW[x]c, vectorized over channels; ``conv_blocked.py``); False keeps
       every conv2d in NCHW, vectorized over the output width.
+    - ``nchwc_layout``: the default pipeline keeps activations channel-blocked (NCHW[b]c)
+      from conv to conv, through the elementwise ops, pools and adds between them
+      (``layout_nchwc.py``, docs/layout.md).
     - ``winograd``: the default pipeline computes 3x3 stride-1 convs with a constant weight
       as Winograd F(4x4, 3x3) where its cost rule expects it to be faster
       (``conv_winograd.py``, docs/winograd.md).
@@ -83,6 +86,7 @@ class PassContext:
     simd_lanes: Optional[int] = None
     min_accumulators: Optional[int] = None
     conv_blocking: bool = True
+    nchwc_layout: bool = True
     winograd: bool = True
     vector_lanes: Optional[int] = None
     vectorize_reductions: bool = True
