@@ -233,14 +233,16 @@ def with_winograd(pipeline, ctx: Optional[PassContext] = None,
                   choose: Optional[Callable[[Call, ConvPlan], Optional[int]]] = None,
                   tiles: Sequence[int] = TILES):
     """``pipeline`` (a ``Sequential`` such as ``kiln.get_pipeline("default")``) with
-    ``conv_winograd`` inserted before ``fuse_ops`` and ``schedule_winograd`` before
-    ``default_schedule``: where the default pipeline runs them."""
+    ``conv_winograd`` inserted before ``convert_layout_nchwc`` (or ``fuse_ops``) and
+    ``schedule_winograd`` before ``default_schedule``: where the default pipeline runs them."""
     from .infra import Sequential
     from .schedule_winograd import schedule_winograd
     ctx = context(ctx if ctx is not None else getattr(pipeline, "ctx", None))
     passes = []
+    names = [p.name for p in pipeline]
+    before = "convert_layout_nchwc" if "convert_layout_nchwc" in names else "fuse_ops"
     for p in pipeline:
-        if p.name == "fuse_ops":
+        if p.name == before:
             passes.append(conv_winograd(ctx, choose, tiles))
         if p.name == "default_schedule":
             passes.append(schedule_winograd(ctx))

@@ -15,6 +15,8 @@
     conv_winograd            3x3 stride-1 convs with a constant weight that the cost rule
                              says are faster as Winograd F(4x4, 3x3) become its three
                              operators (docs/winograd.md; PassContext(winograd=False): off)
+    convert_layout_nchwc     activations channel-blocked (NCHW[b]c) from conv to conv
+                             (docs/layout.md; PassContext(nchwc_layout=False): off)
     fuse_ops                 operator groups -> one tensor program each (weights of
                              linear/matmul that are constants get a pack call_tir)
     legalize                 the remaining single operators -> tensor programs
@@ -38,6 +40,7 @@ from .conv_winograd import conv_winograd
 from .fold_constant import fold_constant
 from .fuse_ops import fuse_ops
 from .infra import Pass, PassContext, Sequential, context
+from .layout_nchwc import convert_layout_nchwc
 from .legalize import legalize
 
 
@@ -52,6 +55,7 @@ def _default(ctx: PassContext) -> List[Pass]:
         eliminate_common_subexpr(),
         dead_code_elimination(),
         *([conv_winograd(ctx)] if ctx.winograd else []),
+        *([convert_layout_nchwc(ctx)] if ctx.nchwc_layout else []),
         fuse_ops(ctx),
         legalize(ctx),
         fold_constant(ctx),

@@ -1,0 +1,398 @@
+"""``convert_layout_nchwc``: channel-blocked (NCHW[b]c) activations from conv to conv.
+
+A channel-blocked conv (``conv_blocked.py``) reads NCHW and writes NCHW: each output pixel's
+``b`` channels are scattered across ``b`` channel planes, and a depthwise conv, vectorized
+along the width, needs shuffles at stride 2. This pass keeps the activations between convs
+blocked, ``[N, C/b, H, W, b]`` (``ops/nchwc.py``), so that every conv's write-back stores whole
+vectors and every depthwise tap is one contiguous vector load:
+
+- a ``conv2d`` with a constant weight, groups = 1 and a multiple of 8 output channels becomes
+  ``conv2d_nchwc``, its weight packed here (``[O/b, KH, KW, I, b]``, the block ``b`` of its
+  output from the target: ``conv_blocked.conv_tile``); it reads its input blocked when the
+  producer is, else NCHW (so the first conv of a region absorbs the layout change: no
+  separate repack of the graph's input);
+- a depthwise ``conv2d`` (groups = C = O) of a blocked input becomes
+  ``depthwise_conv2d_nchwc`` (block of its input, weight ``[C/b, KH, KW, b]``);
+- ``max_pool2d`` / ``avg_pool2d`` of a blocked input become their ``_nchwc`` operators;
+  ``mean`` / ``sum`` / ``max`` / ``min`` over the spatial axes (global pooling) and elementwise
+  / broadcast operators (bias, batch-norm scale and shift, relu, clip, residual add) with a
+  blocked operand run on the 5-D tensors as they are, their constant operands (a bias
+  ``[1, C, 1, 1]``) re-laid out here as ``[1, C/b, 1, 1, b]``;
+- everything else (flatten, reshape, linear, Winograd transforms, grouped convs, channel
+  counts not a multiple of 8) reads NCHW: a ``layout_transform`` back to NCHW is bound to the
+  original variable right after the blocked value, once, for all of them.
+
+Before (``lv3 = relu(conv2d(lv1) + b)`` feeding another conv)::
+
+    lv0 = R.conv2d(x, W0, padding=(1, 1))            # [1, 64, 56, 56]
+    lv1 = R.relu(R.add(lv0, b0))
+    lv2 = R.conv2d(lv1, W1, padding=(1, 1))
+    gv = R.add(lv2, b1)
+
+After (block 32)::
+
+    lv0_c = R.conv2d_nchwc(x, W0p, padding=(1, 1), out_layout="NCHW32c")   # [1, 2, 56, 56, 32]
+    lv1_c = R.relu(R.add(lv0_c, b0p))                                      # b0p [1, 2, 1, 1, 32]
+    lv2_c = R.conv2d_nchwc(lv1_c, W1p, padding=(1, 1), out_layout="NCHW32c")
+    gv_c = R.add(lv2_c, b1p)
+    gv = R.layout_transform(gv_c, src="NCHW32c", dst="NCHW")
+
+Which regions: values are blocked where the graph gains from it. A conv's output is blocked
+only when a blocked consumer wants it (a conv, depthwise conv, pool or spatial reduction,
+possibly through elementwise operators), else it writes NCHW itself (``out_layout="NCHW"``).
+A connected region of blocked values with fewer than ``MIN_CONVS`` convolutions is left as it
+was: one conv gains nothing from a blocked output that must be transformed back.
+
+Run it after ``conv_winograd`` (whose operators read and write NCHW, so the regions stop at
+them) and before ``fuse_ops``, which folds the elementwise operators into the blocked convs'
+write-backs. ``PassContext(nchwc_layout=False)`` leaves it out of the default pipeline.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Set, Tuple
+
+import numpy as np
+
+from .. import ops
+from ..ir import IRModule
+from ..ir.graph import Binding, Call, Constant, Function, GraphVar, TensorType
+from ..ops.common import normalize_axes
+from ..ops.nchwc import layout_name, pack_conv_weight, pack_depthwise_weight
+from . import conv_blocked
+from .graph_util import graph_functions, is_op_call, rewrite_function, vars_in
+from .infra import Pass, PassContext, context
+
+# A blocked region with fewer convolutions (regular or depthwise) is left in NCHW.
+MIN_CONVS = 2
+# Elementwise / broadcast operators whose result does not depend on where the channel axis is
+# (their attributes name no axis or shape).
+_NOT_ELEMENTWISE = ("batch_norm", "broadcast_to")
+_REDUCTIONS = ("mean", "sum", "max", "min")
+_POOLS = {"max_pool2d": "max_pool2d_nchwc", "avg_pool2d": "avg_pool2d_nchwc"}
+_HEAVY = ("conv", "depthwise", "pool", "reduce")
+
+
+def convert_layout_nchwc(ctx: Optional[PassContext] = None) -> Pass:
+    """The pass (module docstring)."""
+    ctx = context(ctx)
+
+    def run(mod: IRModule) -> IRModule:
+        out = mod
+        for name, func in graph_functions(mod):
+            new = _convert(func, ctx)
+            if new is not func:
+                out = out.with_function(name, new)
+        return out
+    return Pass("convert_layout_nchwc", run)
+
+
+@dataclass
+class _Node:
+    """A binding that may run channel-blocked: its kind, the block of its blocked result."""
+    var: GraphVar
+    call: Call
+    kind: str                    # "conv", "depthwise", "pool", "reduce" or "elementwise"
+    block: int
+    inputs: List[GraphVar] = field(default_factory=list)   # var arguments that arrive blocked
+    demanded: bool = False       # a blocked consumer reads its result
+
+
+# ---- which bindings ---------------------------------------------------------------------------
+
+def _static_f32(*types) -> bool:
+    return all(isinstance(t, TensorType) and t.dtype == "float32" and t.static_shape() is not None
+               for t in types)
+
+
+def _pair(value, default) -> Tuple[int, ...]:
+    if value is None:
+        return default
+    v = tuple(value) if isinstance(value, (list, tuple)) else (value,)
+    return v * 2 if len(v) == 1 else v
+
+
+def _conv_kind(call: Call, ctx: PassContext) -> Optional[str]:
+    """"conv" (a regular conv this pass blocks), "depthwise", or None."""
+    if call.op != "conv2d" or len(call.args) != 2 or not isinstance(call.args[1], Constant):
+        return None
+    if not (ctx.conv_blocking and ctx.prepack_weights):
+        return None
+    x, w = call.args
+    if not _static_f32(x.ty, w.ty, call.ty) or len(w.ty.static_shape()) != 4:
+        return None
+    groups = _pair(dict(call.attrs).get("groups", 1), (1,))[0]
+    o, cg = w.ty.static_shape()[:2]
+    if groups == 1:
+        out = call.ty.static_shape()
+        return "conv" if conv_blocked.conv_tile(o, out[2], out[3], ctx) is not None else None
+    if cg == 1 and groups == o == x.ty.static_shape()[1]:
+        return "depthwise"
+    return None
+
+
+def _channel_axis_size(shape, channels: int) -> Optional[int]:
+    """The size (1 or ``channels``) of the channel axis of an operand of ``shape`` broadcast
+    against an NCHW result of ``channels`` channels; None when it is neither or the operand has
+    more than 4 dims."""
+    if len(shape) > 4:
+        return None
+    full = (1,) * (4 - len(shape)) + tuple(shape)
+    return full[1] if full[1] in (1, channels) else None
+
+
+def _elementwise(call: Call) -> bool:
+    if not is_op_call(call) or call.op in _NOT_ELEMENTWISE:
+        return False
+    try:
+        op = ops.get(call.op)
+    except ops.OpError:
+        return False
+    return op.pattern in ("elemwise", "broadcast") and op.compute is not None and \
+        not any(k in ("axis", "axes", "shape") for k, _ in call.attrs)
+
+
+def _spatial_reduction(call: Call) -> bool:
+    if call.op not in _REDUCTIONS or not _static_f32(call.args[0].ty):
+        return False
+    shape = call.args[0].ty.static_shape()
+    if len(shape) != 4:
+        return False
+    attrs = dict(call.attrs)
+    try:
+        axes = normalize_axes(call.op, attrs.get("axis"), 4, shape)
+    except ops.OpError:
+        return False
+    return tuple(sorted(axes)) == (2, 3) and set(attrs) <= {"axis", "keepdims"}
+
+
+def _candidates(func: Function, ctx: PassContext) -> Dict[GraphVar, _Node]:
+    """Forward: the bindings (of dataflow blocks) that can run blocked if every blocked-capable
+    producer does."""
+    nodes: Dict[GraphVar, _Node] = {}
+    for block in func.blocks:
+        if not block.dataflow:
+            continue
+        for b in block.bindings:
+            call = b.value
+            if not isinstance(call, Call) or not is_op_call(call) or \
+                    not isinstance(call.ty, TensorType):
+                continue
+            node = _candidate(b.var, call, nodes, ctx)
+            if node is not None:
+                nodes[b.var] = node
+    return nodes
+
+
+def _candidate(var: GraphVar, call: Call, nodes, ctx: PassContext) -> Optional[_Node]:
+    arg0 = call.args[0] if call.args else None
+    src = nodes.get(arg0) if isinstance(arg0, GraphVar) else None
+    kind = _conv_kind(call, ctx)
+    if kind == "conv":
+        out = call.ty.static_shape()
+        o = call.args[1].ty.static_shape()[0]
+        block = conv_blocked.conv_tile(o, out[2], out[3], ctx)[0]
+        return _Node(var, call, "conv", block, [arg0] if src is not None else [])
+    if src is None:
+        return None
+    if kind == "depthwise":
+        return _Node(var, call, "depthwise", src.block, [arg0])
+    if call.op in _POOLS and _static_f32(call.ty) and len(call.ty.static_shape()) == 4:
+        return _Node(var, call, "pool", src.block, [arg0])
+    if _spatial_reduction(call):
+        return _Node(var, call, "reduce", src.block, [arg0])
+    if _elementwise(call):
+        return _elementwise_candidate(var, call, nodes)
+    return None
+
+
+def _elementwise_candidate(var: GraphVar, call: Call, nodes) -> Optional[_Node]:
+    out = call.ty.static_shape()
+    if out is None or len(out) != 4 or not _static_f32(call.ty):
+        return None
+    blocked = [a for a in call.args if isinstance(a, GraphVar) and a in nodes]
+    block = nodes[blocked[0]].block
+    if out[1] % block:
+        return None
+    for a in call.args:
+        shape = a.ty.static_shape() if isinstance(a.ty, TensorType) else None
+        if shape is None:
+            return None
+        if isinstance(a, Constant):
+            if _channel_axis_size(shape, out[1]) is None:
+                return None
+        elif a not in nodes and (len(shape) != 4 or shape[1] != out[1]):
+            return None        # a run-time operand that has no blocked form here
+    return _Node(var, call, "elementwise", block, list(dict.fromkeys(blocked)))
+
+
+# ---- which regions ----------------------------------------------------------------------------
+
+def _consumers(nodes: Dict[GraphVar, _Node]) -> Dict[GraphVar, List[_Node]]:
+    out: Dict[GraphVar, List[_Node]] = {v: [] for v in nodes}
+    for n in nodes.values():
+        for i in n.inputs:
+            out[i].append(n)
+    return out
+
+
+def _regions(nodes: Dict[GraphVar, _Node]) -> Dict[GraphVar, _Node]:
+    """``nodes`` without the regions (connected through blocked inputs) that hold fewer than
+    ``MIN_CONVS`` convolutions."""
+    parent = {v: v for v in nodes}
+
+    def root(v):
+        while parent[v] is not v:
+            parent[v] = parent[parent[v]]
+            v = parent[v]
+        return v
+    for n in nodes.values():
+        for i in n.inputs:
+            parent[root(i)] = root(n.var)
+    convs: Dict[GraphVar, int] = {}
+    for n in nodes.values():
+        if n.kind in ("conv", "depthwise"):
+            convs[root(n.var)] = convs.get(root(n.var), 0) + 1
+    return {v: n for v, n in nodes.items() if convs.get(root(v), 0) >= MIN_CONVS}
+
+
+def _demand(nodes: Dict[GraphVar, _Node]) -> None:
+    """Backward: a node's result is demanded blocked when a consumer reads it blocked and that
+    consumer is a conv, pool or reduction, or is itself demanded."""
+    consumers = _consumers(nodes)
+    for n in reversed(list(nodes.values())):
+        n.demanded = any(c.kind in _HEAVY or c.demanded for c in consumers[n.var])
+
+
+def _settle(nodes: Dict[GraphVar, _Node]) -> Dict[GraphVar, _Node]:
+    """Forward: the nodes that run blocked, given that a conv whose result no blocked consumer
+    wants writes NCHW (and so its elementwise consumers run NCHW unless another operand is
+    blocked). A conv kept here may read blocked and write NCHW."""
+    out: Dict[GraphVar, _Node] = {}
+    stored: Set[GraphVar] = set()        # values held blocked
+    for v, n in nodes.items():
+        n.inputs = [i for i in n.inputs if i in stored]
+        if n.kind == "conv":
+            if n.demanded:
+                stored.add(v)
+            if n.demanded or n.inputs:
+                out[v] = n
+            continue
+        if not n.inputs:
+            continue                     # no blocked input after all: stays NCHW
+        out[v] = n
+        stored.add(v)
+    return out
+
+
+# ---- the rewrite ------------------------------------------------------------------------------
+
+def _convert(func: Function, ctx: PassContext) -> Function:
+    nodes = _candidates(func, ctx)
+    nodes = _regions(nodes)
+    if not nodes:
+        return func
+    _demand(nodes)
+    nodes = _settle(nodes)
+    if not nodes:
+        return func
+    return rewrite_function(func, _Rewriter(func, nodes).visit)
+
+
+class _Rewriter:
+    """Emits each node's blocked call, its arguments' layout changes (each once) and, when a
+    use reads it in NCHW, the ``layout_transform`` back bound to the original variable."""
+
+    def __init__(self, func: Function, nodes: Dict[GraphVar, _Node]):
+        self.nodes = nodes
+        self.blocked_reads = {i for n in nodes.values() for i in n.inputs}
+        self.nchw_uses = _nchw_uses(func, nodes)
+        self.blocked_of: Dict[GraphVar, Tuple[GraphVar, int]] = {}   # var -> (blocked, block)
+        self.converted: Dict[Tuple[GraphVar, int], GraphVar] = {}
+
+    def as_blocked(self, em, var: GraphVar, block: int) -> GraphVar:
+        """``var`` in NCHW[block]c: its blocked value, or a layout_transform of it (once)."""
+        have = self.blocked_of.get(var)
+        if have is not None and have[1] == block:
+            return have[0]
+        key = (var, block)
+        if key not in self.converted:
+            src, src_layout = (have[0], layout_name(have[1])) if have else (var, "NCHW")
+            call = ops.call("layout_transform", src, src=src_layout, dst=layout_name(block))
+            name = f"{var.name}_{layout_name(block)}"
+            self.converted[key] = em.emit_value(GraphVar(name, call.ty), call)
+        return self.converted[key]
+
+    def visit(self, b: Binding, em, _block) -> None:
+        node = self.nodes.get(b.var)
+        if node is None:
+            em.emit(b)
+            return
+        call = self.blocked_call(node, b.value, em)
+        if node.kind == "conv" and not node.demanded:
+            em.emit_value(b.var, call)       # a conv reading blocked, writing NCHW
+            return
+        bvar = em.emit_value(GraphVar(f"{b.var.name}_{layout_name(node.block)}", call.ty), call)
+        if node.kind == "reduce" and len(call.ty.static_shape()) == 3:
+            # mean(..., keepdims=False): [N, C/b, b] is [N, C] in memory order
+            em.emit_value(b.var, ops.call("reshape", bvar, shape=tuple(b.var.ty.static_shape())))
+            return
+        self.blocked_of[b.var] = (bvar, node.block)
+        if b.var in self.nchw_uses or b.var not in self.blocked_reads:
+            em.emit_value(b.var, ops.call("layout_transform", bvar,
+                                          src=layout_name(node.block), dst="NCHW"))
+
+    def blocked_call(self, node: _Node, call: Call, em) -> Call:
+        """The blocked operator call computing ``node`` (arguments re-laid out as needed)."""
+        attrs = dict(call.attrs)
+        x = call.args[0]
+        conv = {k: attrs[k] for k in ("strides", "padding", "dilation") if k in attrs}
+        if node.kind == "conv":
+            src = self.blocked_of[x][0] if node.inputs else x
+            out_layout = layout_name(node.block) if node.demanded else "NCHW"
+            weight = pack_conv_weight(call.args[1].data, node.block)
+            return ops.call("conv2d_nchwc", src, Constant(weight), out_layout=out_layout, **conv)
+        xb = self.as_blocked(em, x, node.block)
+        if node.kind == "depthwise":
+            weight = pack_depthwise_weight(call.args[1].data, node.block)
+            return ops.call("depthwise_conv2d_nchwc", xb, Constant(weight), **conv)
+        if node.kind == "pool":
+            return ops.call(_POOLS[call.op], xb, **attrs)
+        if node.kind == "reduce":
+            attrs["axis"] = (2, 3)
+            return ops.call(call.op, xb, **attrs)
+        channels = call.ty.static_shape()[1]
+        args = [_blocked_constant(a, channels, node.block) if isinstance(a, Constant)
+                else self.as_blocked(em, a, node.block) for a in call.args]
+        return ops.call(call.op, *args, **attrs)
+
+
+def _nchw_uses(func: Function, nodes: Dict[GraphVar, _Node]) -> Set[GraphVar]:
+    """The variables some use reads in NCHW: any use but as a blocked input of a node."""
+    out: Set[GraphVar] = set()
+    for b in func.bindings():
+        node = nodes.get(b.var)
+        blocked = set(node.inputs) if node is not None else set()
+        args = b.value.args if isinstance(b.value, Call) and is_op_call(b.value) else None
+        if args is None:
+            out.update(vars_in(b.value))
+            continue
+        for a in args:
+            if a not in blocked:
+                out.update(vars_in(a))
+    out.update(vars_in(func.body))
+    return out
+
+
+def _blocked_constant(c: Constant, channels: int, block: int) -> Constant:
+    """A constant operand of an elementwise operator on NCHW values, for the same operator on
+    NCHW[block]c values: a per-channel axis split into ``[C/block, ..., block]``."""
+    data = c.data
+    if data.ndim == 0 or data.size == 1:
+        return c
+    full = data.reshape((1,) * (4 - data.ndim) + data.shape)
+    n, ch, h, w = full.shape
+    if ch == 1:
+        return Constant(np.ascontiguousarray(full.reshape(n, 1, h, w, 1)))
+    return Constant(np.ascontiguousarray(
+        full.reshape(n, channels // block, block, h, w).transpose(0, 1, 3, 4, 2)))

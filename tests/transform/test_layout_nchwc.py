@@ -1,0 +1,280 @@
+"""``convert_layout_nchwc``: channel-blocked activations from conv to conv (``layout_nchwc.py``),
+its operators' schedules (``schedule_conv.py``, ``schedule_nchwc.py``): where the layout
+changes, and the whole default pipeline against the graph interpreter at 1e-4."""
+import numpy as np
+import pytest
+
+import kiln
+from kiln import ops
+from kiln.ir import FunctionBuilder, IRModule
+from kiln.ir.graph import Constant
+from kiln.transform import PassContext
+from kiln.transform.layout_nchwc import convert_layout_nchwc
+
+from transform_helpers import AVX2, AVX2_CTX, attr, kernels, reference, run_vm, typed
+
+HOST = "llvm"
+
+
+def _rand(shape, scale=1.0, seed=0):
+    rng = np.random.default_rng(seed + sum(shape))
+    return (rng.standard_normal(shape) * scale).astype("float32")
+
+
+class Net:
+    """A graph built call by call: ``n.conv(h, out)``, ``n.dw(h)``, ``n.op("relu", h)``."""
+
+    def __init__(self, x_shape, seed=0):
+        self.x = typed("x", x_shape)
+        self.fb = FunctionBuilder([self.x])
+        self.seed = seed
+        self._scope = self.fb.dataflow()
+        self._scope.__enter__()
+
+    def op(self, name, *args, **attrs):
+        return self.fb.emit(ops.call(name, *args, **attrs))
+
+    def const(self, shape, scale=1.0):
+        self.seed += 1
+        return Constant(_rand(shape, scale, self.seed))
+
+    def conv(self, h, out, k=1, stride=1, bias=True, act="relu", groups=1):
+        c = h.ty.static_shape()[1]
+        w = self.const((out, c // groups, k, k), 1 / np.sqrt(c // groups * k * k))
+        y = self.op("conv2d", h, w, padding=k // 2, strides=stride, groups=groups)
+        if bias:
+            y = self.op("add", y, self.const((1, out, 1, 1), 0.1))
+        if act == "relu":
+            y = self.op("relu", y)
+        elif act == "clip":
+            y = self.op("clip", y, min=0.0, max=6.0)
+        return y
+
+    def dw(self, h, stride=1, k=3, act="clip"):
+        c = h.ty.static_shape()[1]
+        return self.conv(h, c, k=k, stride=stride, act=act, groups=c)
+
+    def module(self, out) -> IRModule:
+        gv = self.fb.emit_output(out)
+        self._scope.__exit__(None, None, None)
+        return IRModule({"main": self.fb.finish(gv)})
+
+
+def _ops(mod):
+    return [b.value.op for b in mod["main"].bindings() if hasattr(b.value, "op")]
+
+
+def _changes(mod):
+    """(entries, exits): where values change to channel-blocked (a conv2d_nchwc reading NCHW,
+    a layout_transform from NCHW) and back (a conv2d_nchwc writing NCHW, a layout_transform to
+    NCHW, a reshape of a blocked global mean)."""
+    entries = exits = 0
+    for b in mod["main"].bindings():
+        v = b.value
+        attrs = dict(getattr(v, "attrs", ()))
+        if getattr(v, "op", None) == "conv2d_nchwc":
+            entries += len(v.args[0].ty.static_shape()) == 4
+            exits += attrs["out_layout"] == "NCHW"
+        elif getattr(v, "op", None) == "layout_transform":
+            entries += attrs["src"] == "NCHW"
+            exits += attrs["dst"] == "NCHW"
+        elif getattr(v, "op", None) == "reshape":
+            exits += len(v.args[0].ty.static_shape()) == 3
+    return entries, exits
+
+
+def _check(mod, target=AVX2, ctx=None, seed=7):
+    """The default pipeline for ``target`` against the graph interpreter at 1e-4; returns the
+    pipeline's module."""
+    out = kiln.get_pipeline("default", ctx, target=target)(mod)
+    x_shape = mod["main"].params[0].ty.static_shape()
+    args = [np.random.default_rng(seed).standard_normal(x_shape).astype("float32")]
+    np.testing.assert_allclose(run_vm(out, args, target=target), reference(mod, args),
+                               rtol=1e-4, atol=1e-4)
+    return out
+
+
+def _schedules(mod):
+    return {n: attr(mod[n], "kiln.schedule") for n in kernels(mod)}
+
+
+# ---- where the layout changes ---------------------------------------------------------------
+
+def _chain(c=16, size=14, out=32):
+    n = Net((1, c, size, size))
+    return n.module(n.conv(n.conv(n.x, out, k=3), out, k=3, act=None))
+
+
+def test_conv_relu_conv_changes_layout_once_at_entry_and_once_at_exit():
+    mod = _chain()
+    out = convert_layout_nchwc(AVX2_CTX)(mod)
+    assert _ops(out) == ["conv2d_nchwc", "add", "relu", "conv2d_nchwc", "add"]
+    assert _changes(out) == (1, 1)
+    binds = [b for b in out["main"].bindings() if hasattr(b.value, "op")]
+    # entry: the first conv reads the NCHW input itself and writes NCHW16c; the second reads
+    # that and, as nothing after it is blocked, writes NCHW itself (its write-back scatters)
+    assert binds[0].value.args[0] is out["main"].params[0]
+    assert binds[0].value.ty.static_shape() == (1, 2, 14, 14, 16)
+    assert binds[3].value.args[0].ty.static_shape() == (1, 2, 14, 14, 16)
+    assert binds[3].value.ty.static_shape() == (1, 32, 14, 14)
+    assert out["main"].body.ty.static_shape() == mod["main"].body.ty.static_shape()
+
+
+def test_chain_with_a_blocked_tail_transforms_back_once():
+    """conv -> conv -> max pool: the pool runs blocked, one layout_transform after it."""
+    n = Net((1, 16, 8, 8))
+    h = n.conv(n.conv(n.x, 16, k=3), 16, k=3)
+    mod = n.module(ops.call("max_pool2d", h, pool_size=2))
+    out = convert_layout_nchwc(AVX2_CTX)(mod)
+    assert _ops(out)[-2:] == ["max_pool2d_nchwc", "layout_transform"]
+    assert _changes(out) == (1, 1)
+    _check(mod)
+
+
+def test_chain_compiles_to_two_conv_kernels():
+    out = _check(_chain())
+    sched = _schedules(out)
+    assert len(sched) == 2 and all(n.startswith("fused_conv2d_nchwc") for n in sched), sched
+    assert all("epilogue inlined" in d for d in sched.values()), sched
+
+
+def test_a_single_conv_is_left_alone():
+    n = Net((1, 16, 14, 14))
+    mod = n.module(n.conv(n.x, 32, k=3))
+    assert convert_layout_nchwc(AVX2_CTX)(mod) is mod
+
+
+def test_turned_off_by_the_context():
+    off = PassContext(nchwc_layout=False)
+    assert "convert_layout_nchwc" not in kiln.get_pipeline("default", off).names()
+    out = kiln.get_pipeline("default", off, target=AVX2)(_chain())
+    assert len(kernels(out)) == 2 and not any("nchwc" in n for n in kernels(out)), kernels(out)
+
+
+def test_conv_whose_output_feeds_no_blocked_op_writes_nchw():
+    """conv -> conv -> flatten: the second conv reads blocked and writes NCHW itself."""
+    n = Net((1, 16, 6, 6))
+    h = n.conv(n.conv(n.x, 16, k=3), 16, k=3)
+    mod = n.module(ops.call("flatten", h))
+    out = convert_layout_nchwc(AVX2_CTX)(mod)
+    assert "layout_transform" not in _ops(out)
+    convs = [b.value for b in out["main"].bindings() if b.value.op == "conv2d_nchwc"]
+    assert [dict(c.attrs)["out_layout"] for c in convs] == ["NCHW16c", "NCHW"]
+    _check(mod)
+
+
+def test_channels_not_a_multiple_of_the_block_fall_back_to_nchw():
+    """16 -> 12 channels has no block: the region ends before that conv (transform to NCHW),
+    and the next one starts again from NCHW."""
+    n = Net((1, 16, 9, 9))
+    h = n.conv(n.conv(n.x, 16, k=3), 16)
+    h = n.conv(h, 12, k=3)                       # NCHW: 12 is not a multiple of 8
+    h = n.conv(n.conv(h, 16), 24, k=3, stride=2)
+    mod = n.module(h)
+    out = convert_layout_nchwc(AVX2_CTX)(mod)
+    assert _ops(out).count("conv2d") == 1 and "layout_transform" not in _ops(out)
+    assert _changes(out) == (2, 2)
+    _check(mod)
+
+
+# ---- numerics of whole blocks ---------------------------------------------------------------
+
+def _inverted_residual(x_shape, expand=4, stride=1, residual=True, seed=0):
+    n = Net(x_shape, seed)
+    c = x_shape[1]
+    h = n.conv(n.x, c * expand, act="clip")             # 1x1 expand
+    h = n.dw(h, stride=stride)                          # 3x3 depthwise
+    h = n.conv(h, c, act=None)                          # 1x1 project
+    if residual:
+        h = n.op("add", h, n.x)
+    return n.module(h)
+
+
+@pytest.mark.parametrize("x_shape,stride,target", [
+    ((1, 16, 7, 7), 1, AVX2),
+    ((2, 8, 9, 9), 1, AVX2),                           # batch 2
+    ((1, 16, 14, 14), 2, AVX2),
+    ((1, 24, 1, 1), 1, AVX2),                          # 1 x 1 spatial
+    ((1, 16, 7, 7), 1, HOST),
+    ((1, 24, 11, 11), 2, HOST),
+])
+def test_inverted_residual_block(x_shape, stride, target):
+    mod = _inverted_residual(x_shape, stride=stride, residual=stride == 1)
+    out = _check(mod, target)
+    assert _changes(convert_layout_nchwc(PassContext(target=target))(mod)) == (1, 1)
+    sched = _schedules(out)
+    dws = [n for n in sched if n.startswith("fused_depthwise_conv2d_nchwc")]
+    assert len(dws) == 1 and sched[dws[0]].startswith("depthwise nchwc: tile"), sched
+    assert "epilogue inlined" in sched[dws[0]], sched
+    if stride == 1:      # the residual add folds into the project conv's write-back
+        assert any(n.startswith("fused_conv2d_nchwc_add_add") for n in sched), sched
+
+
+@pytest.mark.parametrize("stride,k", [(1, 3), (2, 3), (2, 5), (1, 5)])
+def test_depthwise_strides_and_kernels(stride, k):
+    n = Net((1, 32, 10, 10))
+    h = n.dw(n.conv(n.x, 32), stride=stride, k=k, act="relu")
+    _check(n.module(n.conv(h, 16, act=None)))
+
+
+def test_residual_network_with_pools():
+    """conv 7x7 s2 -> max pool -> two residual blocks (the second strided, with a 1x1
+    shortcut) -> avg pool -> global mean -> flatten."""
+    n = Net((2, 3, 23, 23))
+    h = n.op("max_pool2d", n.conv(n.x, 16, k=7, stride=2), pool_size=3, strides=2, padding=1)
+    r = n.conv(n.conv(h, 16, k=3), 16, k=3, act=None)
+    h = n.op("relu", n.op("add", r, h))
+    r = n.conv(n.conv(h, 32, k=3, stride=2), 32, k=3, act=None)
+    s = n.conv(h, 32, k=1, stride=2, act=None)
+    h = n.op("relu", n.op("add", r, s))
+    h = n.op("avg_pool2d", h, pool_size=2, strides=1)
+    h = n.op("mean", h, axis=(2, 3), keepdims=True)
+    mod = n.module(ops.call("flatten", h))
+    blocked = _ops(convert_layout_nchwc(AVX2_CTX)(mod))
+    for op in ("max_pool2d_nchwc", "avg_pool2d_nchwc", "mean"):
+        assert op in blocked, blocked
+    assert blocked.count("layout_transform") == 1, blocked
+    assert _changes(convert_layout_nchwc(AVX2_CTX)(mod)) == (1, 1)
+    out = _check(mod, ctx=PassContext(winograd=False))
+    sched = _schedules(out)
+    assert any(s.startswith("pool nchwc") for s in sched.values()), sched
+
+
+def test_global_mean_without_keepdims_then_linear():
+    n = Net((1, 8, 5, 5))
+    h = n.op("mean", n.conv(n.conv(n.x, 16, k=3), 16, k=3), axis=(2, 3))
+    mod = n.module(ops.call("linear", h, n.const((10, 16))))
+    out = convert_layout_nchwc(AVX2_CTX)(mod)
+    assert "reshape" in _ops(out) and "layout_transform" not in _ops(out)
+    _check(mod)
+
+
+def test_elementwise_with_a_runtime_operand_and_broadcast_constants():
+    """A multiply by a per-channel value computed at run time (a squeeze-excite gate) and a
+    scalar, a [C, 1, 1] and a [W] constant, all on blocked activations."""
+    n = Net((1, 16, 6, 6))
+    h = n.conv(n.x, 16, k=3)
+    gate = n.op("sigmoid", n.op("mean", h, axis=(2, 3), keepdims=True))
+    h = n.op("multiply", h, gate)
+    h = n.op("add", n.op("multiply", h, n.const((16, 1, 1))), n.const((6,)))
+    h = n.op("maximum", h, Constant(np.float32(0.1)))
+    mod = n.module(n.conv(h, 16, k=3))
+    out = convert_layout_nchwc(AVX2_CTX)(mod)
+    assert "conv2d" not in _ops(out) and _changes(out) == (1, 1), _ops(out)
+    _check(mod)
+
+
+def test_winograd_convs_between_blocked_ones():
+    """Winograd operators read and write NCHW: the region ends and starts around them."""
+    n = Net((1, 32, 16, 16))
+    h = n.conv(n.conv(n.x, 32), 32)
+    h = n.conv(h, 32, k=3)                   # chosen for Winograd below
+    mod = n.module(n.conv(n.conv(h, 32), 32, act=None))
+    from kiln.transform.conv_winograd import with_winograd
+    pipe = with_winograd(kiln.get_pipeline("default", AVX2_CTX),
+                         choose=lambda call, plan: 4 if call.args[1].ty.static_shape()[2] == 3 else None)
+    out = pipe(mod)
+    assert any(n.startswith("fused_winograd_output") for n in kernels(out))
+    assert any(n.startswith("fused_conv2d_nchwc") for n in kernels(out))
+    args = [_rand((1, 32, 16, 16))]
+    np.testing.assert_allclose(run_vm(out, args), reference(mod, args), rtol=1e-4, atol=1e-4)
