@@ -152,22 +152,27 @@ class Database:
         return f"kiln.tune.Database({self.path!r})"
 
 
+def candidate_time(records: Iterable[Dict[str, Any]], decisions: Dict[str, Any]
+                   ) -> Optional[Dict[str, Any]]:
+    """The median ``"ok"`` record of one candidate (by ``median_s``; the lower of the two
+    middle ones for an even count), or None when it has none."""
+    key = decisions_key(decisions)
+    rs = sorted((r for r in records if r.get("status") == "ok" and r.get("median_s") is not None
+                 and decisions_key(r["decisions"]) == key), key=lambda r: r["median_s"])
+    return rs[(len(rs) - 1) // 2] if rs else None
+
+
 def best_of(records: Iterable[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
     """The fastest ``"ok"`` candidate among ``records``, or None. A candidate measured more
-    than once (the tuner's final check re-times the default and the best) is ranked by the
-    median of its measurements' medians, so one lucky timing on a busy machine does not
-    win; the record returned is its median one."""
-    groups: Dict[str, List[Dict[str, Any]]] = {}
-    for r in records:
-        if r.get("status") == "ok" and r.get("median_s") is not None:
-            groups.setdefault(decisions_key(r["decisions"]), []).append(r)
-    if not groups:
+    than once (the tuner's final check re-times the default and the best) is ranked by its
+    median record (``candidate_time``), so one lucky timing on a busy machine does not win;
+    that record is returned."""
+    records = list(records)
+    keys = {decisions_key(r["decisions"]): r["decisions"] for r in records
+            if r.get("status") == "ok" and r.get("median_s") is not None}
+    if not keys:
         return None
-
-    def middle(rs: List[Dict[str, Any]]) -> Dict[str, Any]:
-        rs = sorted(rs, key=lambda r: r["median_s"])
-        return rs[(len(rs) - 1) // 2]
-    return min((middle(rs) for rs in groups.values()),
+    return min((candidate_time(records, d) for d in keys.values()),
                key=lambda r: (r["median_s"], r.get("min_s") or r["median_s"]))
 
 

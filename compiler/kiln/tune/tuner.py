@@ -21,7 +21,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-from .database import Database, best_of, decisions_key, make_record
+from .database import Database, best_of, candidate_time, decisions_key, make_record
 from .measure import Executor, LocalExecutor, MeasureInput, MeasureOptions, MeasureResult
 from .search import Space
 from .tasks import Task, extract_tasks
@@ -126,6 +126,7 @@ class _TaskState:
         self.records = list(db.query(*task.key))
         self.space.mark_seen(r["decisions"] for r in self.records)
         self.reference = None
+        self.baseline_wall: Optional[float] = None
         self.stale_batches = 0
         self.done = False
         self.update()
@@ -171,9 +172,10 @@ def tune(mod, target="llvm", db="tuning.jsonl", trials: Optional[int] = None,
     stderr with the best model estimate so far. With ``pipeline=False`` the module's tensor
     programs are tuned as they are (already through the pipeline with default_schedule off).
     ``confirm``: at the end (in the last tenth of a time budget), time the default and the
-    best candidate of each kernel improved in this run again, alternating, three times each
-    (``_confirm``); these are recorded too, and give the report's default / best columns (the
-    search's own timings of the two were taken minutes apart on a machine that may be busy).
+    best candidate of each kernel improved in this run again, alternating, four times each
+    (``_confirm``): the search's own timings of the two were taken minutes apart on a machine
+    that may be busy. These are recorded too; the report's default / best columns are each
+    candidate's median record.
     ``check_model``: at the very end, compile the whole model with the default schedules and
     with the records and time both end to end, alternating (``report.model_default_s`` /
     ``model_tuned_s``): kernels timed alone can behave differently in the model (the thread
@@ -282,51 +284,45 @@ def _baselines(states: List[_TaskState], executor: Executor, record) -> None:
     executor.measure(inputs, done)
 
 
-def _confirm(states: List[_TaskState], executor: Executor, record, rounds: int = 3,
+def _confirm(states: List[_TaskState], executor: Executor, record, rounds: int = 4,
              checks: int = 3) -> None:
     """The best candidate of each kernel improved in this run timed again against the
-    default, alternating, ``rounds`` times each. The timings are recorded, so the database
-    ranks both by several timings (``database.best_of``: the median of a candidate's
-    records); when that makes another candidate the best (one timed only once), it is checked
-    the same way, up to ``checks`` candidates per kernel. The report's default and best times
-    are the medians of these alternating runs."""
+    default, alternating, ``rounds`` times each. The timings are recorded, and a candidate is
+    ranked by its median record (``database.best_of``), so one lucky timing does not win: the
+    default may become the best again, or another candidate timed only once may become the
+    best, which is then checked the same way (up to ``checks`` candidates per kernel). The
+    report's default and best times are those median records."""
     todo = [s for s in states if s.reference is not None and s.report.new > 0]
-    timed: Dict[int, Dict[str, List[float]]] = {id(s): {} for s in todo}
+    checked: Dict[int, set] = {id(s): set() for s in todo}
     for _ in range(checks):
         round_ = [(s, dict(s.report.best_decisions)) for s in todo
                   if s.report.best_decisions
                   and s.report.best_decisions != s.report.default_decisions
-                  and decisions_key(s.report.best_decisions) not in timed[id(s)]]
+                  and decisions_key(s.report.best_decisions) not in checked[id(s)]]
         if not round_:
             break
         inputs, owner = [], []
+        for s, best in round_:
+            checked[id(s)].add(decisions_key(best))
         for _ in range(rounds):
             for s, best in round_:
                 inputs += [MeasureInput(s.task, s.report.default_decisions, s.reference),
                            MeasureInput(s.task, best, s.reference)]
                 owner += [s, s]
-
-        def done(i: int, res: MeasureResult) -> None:
-            record(owner[i], inputs[i].decisions, res, again=True)
-            if res.ok:
-                timed[id(owner[i])].setdefault(decisions_key(inputs[i].decisions), []) \
-                    .append(res.median_s)
-        executor.measure(inputs, done)
+        executor.measure(
+            inputs, lambda i, res: record(owner[i], inputs[i].decisions, res, again=True))
     for s in todo:
-        t = timed[id(s)]
-        d = t.get(decisions_key(s.report.default_decisions))
-        if not d:
+        if not checked[id(s)]:
             continue
         s.report.confirmed = True
-        s.report.default_s = _median(d)
+        d = candidate_time(s.records, s.report.default_decisions)
+        if d is not None:
+            s.report.default_s = d["median_s"]
         if s.report.best_decisions == s.report.default_decisions:
-            s.report.best_s = s.report.default_s
             s.report.note = ("measured again, alternating with the default, no candidate was "
                              "faster: the default stays")
-        elif decisions_key(s.report.best_decisions) in t:
-            s.report.best_s = _median(t[decisions_key(s.report.best_decisions)])
-        else:
-            s.report.note = "the best candidate was not measured again (too many checks)"
+        elif decisions_key(s.report.best_decisions) not in checked[id(s)]:
+            s.report.note = "the best candidate was timed once only (too many re-checks)"
 
 
 def _check_model(mod, target, threads: int, ctx, db: str, executor: Executor,
@@ -363,16 +359,11 @@ def _check_model(mod, target, threads: int, ctx, db: str, executor: Executor,
     report.model_default_s, report.model_tuned_s = value
 
 
-def _median(xs: List[float]) -> float:
-    xs = sorted(xs)
-    return xs[(len(xs) - 1) // 2]
-
-
 def _run_timeout(s: _TaskState, executor: Executor) -> float:
     """A run's time limit: generous next to the baseline's whole run (a candidate 50x slower
     than the default is not worth waiting for), within the executor's limit."""
     limit = getattr(getattr(executor, "options", None), "run_timeout_s", 60.0)
-    wall = getattr(s, "baseline_wall", None)
+    wall = s.baseline_wall
     return limit if not wall else min(limit, max(10.0, 50.0 * wall))
 
 

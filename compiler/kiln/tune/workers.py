@@ -79,7 +79,11 @@ class Worker:
         fd = child.fileno()
         proc = subprocess.Popen([sys.executable, "-m", "kiln.tune.workers", str(fd)],
                                 pass_fds=(fd,), env=env, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.DEVNULL, stderr=self.stderr)
+                                stdout=subprocess.DEVNULL, stderr=self.stderr,
+                                # its own session: a Ctrl-C at the terminal interrupts the
+                                # tuner, not the candidate being measured (which would be
+                                # recorded as failed); the tuner then ends the workers
+                                start_new_session=True)
         child.close()     # so that the parent sees EOF when the child dies
         self.proc, self.conn = proc, Connection(parent.detach())
         if not self.conn.poll(self.start_timeout_s):
