@@ -1,5 +1,6 @@
 """Candidates for one task: the default decisions, random samples, and evolution (mutate one
-decision of a good candidate, cross two over).
+decision of a good candidate, cross two over), ranked by a cost model when there is one
+(``cost_model.py``: among a pool of offspring, the one predicted fastest is proposed).
 
 Every candidate is made by running the task's schedule rule with a sampler
 (``Decisions(sampler=...)``), so each choice is picked among the options the rule offers *at
@@ -19,6 +20,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tupl
 
 from ..schedule.decisions import Decisions
 from ..transform.default_schedule import schedule_kernel
+from .cost_model import CostModel, Features, features
 from .database import decisions_key
 
 Candidate = Dict[str, Any]
@@ -29,8 +31,11 @@ class Space:
     proposals that are fresh random samples rather than offspring of the best (epsilon-greedy).
     """
 
-    def __init__(self, task, seed: int = 0, explore: float = 0.25):
+    def __init__(self, task, seed: int = 0, explore: float = 0.25,
+                 model: Optional[CostModel] = None, pool: int = 8):
         self.task = task
+        self.model, self.pool = model, pool
+        self.feats: Dict[str, Features] = {}
         self.rng = random.Random(seed)
         self.explore = explore
         self.seen: set = set()
@@ -40,11 +45,29 @@ class Space:
 
     def _run(self, sampler: Optional[Callable[[str, Sequence[Any], Any], Any]]) -> Candidate:
         d = Decisions(sampler=sampler)
-        schedule_kernel(self.task.func, self.task.ctx, d)
+        func = schedule_kernel(self.task.func, self.task.ctx, d)
         for name, opts in d.options.items():
             known = self.options.setdefault(name, [])
             known.extend(o for o in opts if o not in known)
+        if self.model is not None:
+            self.feats.setdefault(decisions_key(d.made), features(func, d.made))
         return dict(d.made)
+
+    def features_of(self, decisions: Candidate) -> Features:
+        """The cost model's features of a candidate (scheduled again when not cached)."""
+        k = decisions_key(decisions)
+        if k not in self.feats:
+            d = Decisions(fixed=decisions)
+            self.feats[k] = features(schedule_kernel(self.task.func, self.task.ctx, d), d.made)
+        return self.feats[k]
+
+    def fit(self, measured: Sequence[Tuple[Candidate, float]]) -> bool:
+        """Fit the cost model (if any) to ``(decisions, seconds)`` measured; True when it is
+        trained."""
+        if self.model is None or not measured:
+            return False
+        return self.model.fit([self.features_of(c) for c, _ in measured],
+                              [t for _, t in measured])
 
     def default(self) -> Candidate:
         """The heuristic's decisions (what the default pipeline does)."""
@@ -93,27 +116,36 @@ class Space:
         """Up to ``n`` candidates not seen before: with probability ``explore`` (or when
         there are no parents) a random sample, else a mutation of one of the better
         ``parents`` (``(decisions, seconds)``; tournament of two) or, now and then, a
-        crossover of two. Fewer than ``n`` when ``attempts`` tries per candidate find
-        nothing new; none at all sets ``exhausted``."""
+        crossover of two; with a trained cost model, the offspring predicted fastest of a
+        pool of ``pool``. Fewer than ``n`` when ``attempts`` tries per candidate find nothing
+        new; none at all sets ``exhausted``."""
         ranked = sorted(parents, key=lambda p: p[1])
+        use_model = self.model is not None and self.model.trained
         out: List[Candidate] = []
         for _ in range(n):
-            for _ in range(attempts):
-                c = self._offspring(ranked)
+            explore = not ranked or self.rng.random() < self.explore
+            want = 1 if explore or not use_model else self.pool
+            pool: Dict[str, Candidate] = {}
+            for _ in range(attempts * want):
+                if len(pool) >= want:
+                    break
+                c = self.random() if explore else self._offspring(ranked)
                 k = decisions_key(c)
                 if k not in self.seen:
-                    self.seen.add(k)
-                    out.append(c)
-                    break
-            else:
+                    pool[k] = c
+            if not pool:
                 break
+            keys = list(pool)
+            if len(keys) > 1:
+                pred = self.model.predict([self.features_of(pool[k]) for k in keys])
+                keys = [keys[int(pred.argmin())]]
+            self.seen.add(keys[0])
+            out.append(pool[keys[0]])
         if not out:
             self.exhausted = True
         return out
 
     def _offspring(self, ranked: Sequence[Tuple[Candidate, float]]) -> Candidate:
-        if not ranked or self.rng.random() < self.explore:
-            return self.random()
         top = ranked[:max(2, min(8, len(ranked)))]
         if len(top) >= 2 and self.rng.random() < 0.3:
             a, b = self.rng.sample(top, 2)

@@ -23,6 +23,7 @@ from typing import Any, Dict, List, Optional
 
 from .database import Database, best_of, candidate_time, decisions_key, make_record
 from .measure import Executor, LocalExecutor, MeasureInput, MeasureOptions, MeasureResult
+from .cost_model import CostModel, available
 from .search import Space
 from .tasks import Task, extract_tasks
 
@@ -118,9 +119,10 @@ class TuneReport:
 
 
 class _TaskState:
-    def __init__(self, task: Task, db: Database, trials: Optional[int], seed: int):
+    def __init__(self, task: Task, db: Database, trials: Optional[int], seed: int,
+                 model: bool):
         self.task = task
-        self.space = Space(task, seed=seed)
+        self.space = Space(task, seed=seed, model=CostModel(seed=seed) if model else None)
         self.report = KernelReport(task.name, task.ops, task.calls, task.workload)
         self.trials = trials
         self.records = list(db.query(*task.key))
@@ -159,7 +161,8 @@ def tune(mod, target="llvm", db="tuning.jsonl", trials: Optional[int] = None,
          time_budget_s: Optional[float] = None, num_threads: Optional[int] = None,
          ctx=None, executor: Optional[Executor] = None, options: Optional[MeasureOptions] = None,
          batch: Optional[int] = None, seed: int = 0, progress: bool = True,
-         pipeline: bool = True, confirm: bool = True, check_model: bool = True) -> TuneReport:
+         pipeline: bool = True, confirm: bool = True, check_model: bool = True,
+         cost_model: bool = True) -> TuneReport:
     """Tune the kernels of ``mod`` (graph functions and tensor programs, e.g. an ONNX import
     after ``bind_params``) for ``target`` at ``num_threads`` runtime threads (default: every
     core), appending every measurement to the database ``db``; returns a ``TuneReport``.
@@ -176,6 +179,8 @@ def tune(mod, target="llvm", db="tuning.jsonl", trials: Optional[int] = None,
     (``_confirm``): the search's own timings of the two were taken minutes apart on a machine
     that may be busy. These are recorded too; the report's default / best columns are each
     candidate's median record.
+    ``cost_model``: rank offspring with a learned model (``cost_model.py``; needs LightGBM,
+    the ``tune`` extra; without it the search is random and evolutionary only).
     ``check_model``: at the very end, compile the whole model with the default schedules and
     with the records and time both end to end, alternating (``report.model_default_s`` /
     ``model_tuned_s``): kernels timed alone can behave differently in the model (the thread
@@ -190,7 +195,8 @@ def tune(mod, target="llvm", db="tuning.jsonl", trials: Optional[int] = None,
     database = Database(db)
     threads = tasks[0].threads if tasks else int(num_threads or 1)
     report = TuneReport(database.path, str(target), threads, [], dict(skipped))
-    states = [_TaskState(t, database, trials, seed + i) for i, t in enumerate(tasks)]
+    use_model = cost_model and available()
+    states = [_TaskState(t, database, trials, seed + i, use_model) for i, t in enumerate(tasks)]
     report.kernels = [s.report for s in states]
     own = executor is None
     executor = executor or LocalExecutor(options)
@@ -230,6 +236,7 @@ def tune(mod, target="llvm", db="tuning.jsonl", trials: Optional[int] = None,
                 break
             s = max(live, key=_TaskState.gain)
             n = batch if s.left() is None else min(batch, s.left())
+            s.space.fit(s.parents())
             cands = s.space.propose(n, s.parents())
             if not cands:
                 s.done = True
