@@ -111,3 +111,20 @@ def test_pools_nchwc(op, attrs, check_op, rand):
     xb = to_blocked(x, 8)
     np.testing.assert_allclose(from_blocked(_ref(f"{op}_nchwc", xb, **attrs)), want, rtol=1e-6)
     check_op(f"{op}_nchwc", [xb], attrs, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("b", [8, 16])
+def test_winograd_transforms_read_and_write_blocked(b, check_op, rand):
+    """winograd_input of an NCHW[b]c input and winograd_output with layout='NCHW<b>c': the
+    NCHW transforms' results, re-laid out."""
+    x = rand((1, 16, 6, 7), seed=6)
+    attrs = {"padding": (1, 1, 1, 1), "tile": 2}
+    want = _ref("winograd_input", x, **attrs)
+    np.testing.assert_array_equal(_ref("winograd_input", to_blocked(x, b), **attrs), want)
+    check_op("winograd_input", [to_blocked(x, b)], attrs, rtol=1e-5, atol=1e-4)
+    m = rand((4, 4, 12, 16), seed=7)
+    attrs = {"out_size": (6, 7), "tile": 2}
+    want = _ref("winograd_output", m, **attrs)
+    got = _ref("winograd_output", m, layout=f"NCHW{b}c", **attrs)
+    np.testing.assert_array_equal(from_blocked(got), want)
+    check_op("winograd_output", [m], dict(attrs, layout=f"NCHW{b}c"), rtol=1e-5, atol=1e-4)

@@ -264,8 +264,9 @@ def test_elementwise_with_a_runtime_operand_and_broadcast_constants():
     _check(mod)
 
 
-def test_winograd_convs_between_blocked_ones():
-    """Winograd operators read and write NCHW: the region ends and starts around them."""
+def test_winograd_convs_read_and_write_blocked():
+    """A Winograd conv inside a region: its input transform reads the blocked activations and
+    its output transform writes them (the epilogue folded in), so the region goes on."""
     n = Net((1, 32, 16, 16))
     h = n.conv(n.conv(n.x, 32), 32)
     h = n.conv(h, 32, k=3)                   # chosen for Winograd below
@@ -273,8 +274,17 @@ def test_winograd_convs_between_blocked_ones():
     from kiln.transform.conv_winograd import with_winograd
     pipe = with_winograd(kiln.get_pipeline("default", AVX2_CTX),
                          choose=lambda call, plan: 4 if call.args[1].ty.static_shape()[2] == 3 else None)
+    blocked = convert_layout_nchwc(AVX2_CTX)(
+        kiln.transform.conv_winograd(AVX2_CTX, choose=lambda call, plan: 4
+                                     if call.args[1].ty.static_shape()[2] == 3 else None)(mod))
+    assert _changes(blocked) == (1, 1)
+    calls = {b.value.op: b.value for b in blocked["main"].bindings() if hasattr(b.value, "op")}
+    assert len(calls["winograd_input"].args[0].ty.static_shape()) == 5
+    assert dict(calls["winograd_output"].attrs)["layout"] == "NCHW16c"
     out = pipe(mod)
-    assert any(n.startswith("fused_winograd_output") for n in kernels(out))
-    assert any(n.startswith("fused_conv2d_nchwc") for n in kernels(out))
+    sched = _schedules(out)
+    assert "input nchwc" in sched["winograd_input"], sched
+    wo = [d for k, d in sched.items() if k.startswith("fused_winograd_output")]
+    assert len(wo) == 1 and "output nchwc" in wo[0] and "epilogue inlined" in wo[0], sched
     args = [_rand((1, 32, 16, 16))]
     np.testing.assert_allclose(run_vm(out, args), reference(mod, args), rtol=1e-4, atol=1e-4)

@@ -155,11 +155,14 @@ def _by_row(index, exprs):
 
 def _input_geometry(op, x, attrs):
     a = get_attrs(op, attrs, padding=(0, 0, 0, 0), tile=4)
-    if x.ndim != 4:
-        raise error(op, f"expects a 4-D NCHW input, got {shape_str(x.shape)}")
+    if x.ndim not in (4, 5):
+        raise error(op, f"expects a 4-D NCHW input, got {shape_str(x.shape)} (or a 5-D "
+                        "NCHW[b]c one)")
     dims = [const_dim(d) for d in x.shape]
     if None in dims:
         raise error(op, f"needs a static input shape, got {shape_str(x.shape)}")
+    if x.ndim == 5:              # channel-blocked [N, C/b, H, W, b]
+        dims = [dims[0], dims[1] * dims[4], dims[2], dims[3]]
     m = a["tile"]
     if m not in POINTS:
         raise error(op, f"tile={m!r} is not supported; expected one of {sorted(POINTS)}")
@@ -209,7 +212,11 @@ def _compute_input(args, attrs):
                 src = _min(src, size - 1)
             idx.append(src)
         cond = _and(conds)
-        load = x[n, ch, idx[0], idx[1]]
+        if len(x.shape) == 5:
+            b = const_dim(x.shape[4])
+            load = x[n, ch // b, idx[0], idx[1], ch % b]
+        else:
+            load = x[n, ch, idx[0], idx[1]]
         return load if cond is None else Select(cond, load, zero)
     xp = te.compute((n_img, hp, wp, c), pad, name="winograd_pad")
     bt = matrices(m)[2]
@@ -228,6 +235,9 @@ def _compute_input(args, attrs):
 
 
 def _ref_input(x, padding=(0, 0, 0, 0), tile=4):
+    if x.ndim == 5:
+        n, q, h, w, b = x.shape
+        x = x.transpose(0, 1, 4, 2, 3).reshape(n, q * b, h, w)
     n_img, c, h, w, m, before, (oh, ow), (th, tw) = _input_geometry(
         "winograd_input", TensorType(x.shape, str(x.dtype)), {"padding": padding, "tile": tile})
     alpha = m + 2
@@ -247,7 +257,8 @@ def _ref_input(x, padding=(0, 0, 0, 0), tile=4):
 register("winograd_input", infer=_infer_input, compute=_compute_input, reference=_ref_input,
          pattern="opaque", num_args=1,
          doc="winograd_input(x, padding=(0, 0, 0, 0), tile=4): the Winograd input transform "
-             "B^T d B of every tile of F(tile x tile, 3 x 3) over NCHW x padded by padding "
+             "B^T d B of every tile of F(tile x tile, 3 x 3) over NCHW x (or channel-blocked "
+             "NCHW[b]c x, [N, C/b, H, W, b]) padded by padding "
              "(as conv2d's) and zero-extended to whole tiles: [alpha, alpha, N*TH*TW, C], "
              "alpha = tile + 2, tiles numbered (image, tile row, tile column).")
 
@@ -300,7 +311,7 @@ register("winograd_gemm", infer=_infer_gemm, compute=_compute_gemm, reference=_r
 # ---- winograd_output ------------------------------------------------------------------------
 
 def _output_geometry(op, mt, attrs):
-    a = get_attrs(op, attrs, out_size=None, tile=4)
+    a = get_attrs(op, attrs, out_size=None, tile=4, layout="NCHW")
     m = a["tile"]
     if m not in POINTS:
         raise error(op, f"tile={m!r} is not supported; expected one of {sorted(POINTS)}")
@@ -315,19 +326,32 @@ def _output_geometry(op, mt, attrs):
     if oh < 1 or ow < 1 or shape[2] % (th * tw):
         raise error(op, f"{shape[2]} tiles do not cover whole images of out_size {(oh, ow)} "
                         f"in {th} x {tw} tiles of {m}")
-    return shape[2] // (th * tw), shape[3], m, (oh, ow), (th, tw)
+    block = _out_block(op, a["layout"], shape[3])
+    return shape[2] // (th * tw), shape[3], m, (oh, ow), (th, tw), block
+
+
+def _out_block(op, layout, channels):
+    """The channel block of ``layout`` ("NCHW": None, "NCHW16c": 16), dividing ``channels``."""
+    if layout == "NCHW":
+        return None
+    block = int(layout[4:-1]) if isinstance(layout, str) and layout.startswith("NCHW") \
+        and layout.endswith("c") and layout[4:-1].isdigit() else 0
+    if block < 1 or channels % block:
+        raise error(op, f"layout={layout!r} is not 'NCHW' or 'NCHW<b>c' with b dividing "
+                        f"{channels} channels")
+    return block
 
 
 def _infer_output(types, attrs):
     (mt,) = tensor_args("winograd_output", types, count=1)
     check_dtype("winograd_output", mt.dtype, ("float32", "float64"))
-    n, o, _, (oh, ow), _ = _output_geometry("winograd_output", mt, attrs)
-    return out_type((n, o, oh, ow), mt.dtype)
+    n, o, _, (oh, ow), _, block = _output_geometry("winograd_output", mt, attrs)
+    return out_type((n, o // block, oh, ow, block) if block else (n, o, oh, ow), mt.dtype)
 
 
 def _compute_output(args, attrs):
     (mt,) = args
-    n_img, o, m, (oh, ow), (th, tw) = _output_geometry(
+    n_img, o, m, (oh, ow), (th, tw), block = _output_geometry(
         "winograd_output", TensorType(mt.shape, mt.dtype), attrs)
     alpha, dtype = m + 2, mt.dtype
     at = matrices(m)[0]
@@ -344,22 +368,29 @@ def _compute_output(args, attrs):
         i = y % m if oh > 1 else 0
         row = [d1[i, b, t, ch] for b in range(alpha)]
         return _by_row(x % m if ow > 1 else 0, [_row_sum(at[k], row, dtype) for k in range(m)])
+    if block:                    # channel-blocked [N, O/b, OH, OW, b]
+        return te.compute((n_img, o // block, oh, ow, block),
+                          lambda n, q, y, x, r: out(n, q * block + r, y, x), name="winograd_output")
     return te.compute((n_img, o, oh, ow), out, name="winograd_output")
 
 
-def _ref_output(mt, out_size=None, tile=4):
-    n_img, o, m, (oh, ow), (th, tw) = _output_geometry(
+def _ref_output(mt, out_size=None, tile=4, layout="NCHW"):
+    n_img, o, m, (oh, ow), (th, tw), block = _output_geometry(
         "winograd_output", TensorType(mt.shape, str(mt.dtype)),
-        {"out_size": out_size, "tile": tile})
+        {"out_size": out_size, "tile": tile, "layout": layout})
     at = matrices_f64(m)[0]
     alpha = m + 2
     mm = mt.astype(np.float64).reshape(alpha, alpha, n_img, th, tw, o)
     y = np.einsum("ia,abnzso,jb->nozisj", at, mm, at).reshape(n_img, o, th * m, tw * m)
-    return np.ascontiguousarray(y[:, :, :oh, :ow]).astype(mt.dtype)
+    y = y[:, :, :oh, :ow]
+    if block:
+        y = y.reshape(n_img, o // block, block, oh, ow).transpose(0, 1, 3, 4, 2)
+    return np.ascontiguousarray(y).astype(mt.dtype)
 
 
 register("winograd_output", infer=_infer_output, compute=_compute_output, reference=_ref_output,
          pattern="out_fusable", num_args=1,
-         doc="winograd_output(m, out_size=(OH, OW), tile=4): the Winograd output transform "
-             "A^T M A of every tile, written as the NCHW result [N, O, OH, OW] (tiles cropped "
-             "to out_size); m is [alpha, alpha, N*TH*TW, O] from winograd_gemm.")
+         doc="winograd_output(m, out_size=(OH, OW), tile=4, layout='NCHW'): the Winograd "
+             "output transform A^T M A of every tile, written as the NCHW result [N, O, OH, OW] "
+             "(tiles cropped to out_size), or channel-blocked [N, O/b, OH, OW, b] with "
+             "layout='NCHW<b>c'; m is [alpha, alpha, N*TH*TW, O] from winograd_gemm.")

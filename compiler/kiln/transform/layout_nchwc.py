@@ -70,7 +70,11 @@ MIN_CONVS = 2
 _NOT_ELEMENTWISE = ("batch_norm", "broadcast_to")
 _REDUCTIONS = ("mean", "sum", "max", "min")
 _POOLS = {"max_pool2d": "max_pool2d_nchwc", "avg_pool2d": "avg_pool2d_nchwc"}
-_HEAVY = ("conv", "depthwise", "pool", "reduce")
+_HEAVY = ("conv", "depthwise", "pool", "reduce", "winograd_input")
+# Nodes that make a blocked value from operands that have no layout (like a conv's output),
+# and nodes whose result has no layout (a sink of blocked values).
+_PRODUCERS = ("conv", "winograd_output")
+_SINKS = ("winograd_input",)
 
 
 def convert_layout_nchwc(ctx: Optional[PassContext] = None) -> Pass:
@@ -96,6 +100,8 @@ class _Node:
     block: int
     inputs: List[GraphVar] = field(default_factory=list)   # var arguments that arrive blocked
     demanded: bool = False       # a blocked consumer reads its result
+    # Another node of the same computation (a Winograd output's input transform): one region.
+    link: Optional[GraphVar] = None
 
 
 # ---- which bindings ---------------------------------------------------------------------------
@@ -170,6 +176,7 @@ def _candidates(func: Function, ctx: PassContext) -> Dict[GraphVar, _Node]:
     """Forward: the bindings (of dataflow blocks) that can run blocked if every blocked-capable
     producer does."""
     nodes: Dict[GraphVar, _Node] = {}
+    calls: Dict[GraphVar, Call] = {}
     for block in func.blocks:
         if not block.dataflow:
             continue
@@ -178,10 +185,22 @@ def _candidates(func: Function, ctx: PassContext) -> Dict[GraphVar, _Node]:
             if not isinstance(call, Call) or not is_op_call(call) or \
                     not isinstance(call.ty, TensorType):
                 continue
+            calls[b.var] = call
             node = _candidate(b.var, call, nodes, ctx)
             if node is not None:
+                if node.kind == "winograd_output":
+                    node.link = _winograd_input_of(call, calls)
                 nodes[b.var] = node
     return nodes
+
+
+def _winograd_input_of(call: Call, calls: Dict[GraphVar, Call]) -> Optional[GraphVar]:
+    """The ``winograd_input`` variable whose transform ``call`` (a ``winograd_output``) ends:
+    ``winograd_output(winograd_gemm(winograd_input(x), u))``."""
+    gemm = calls.get(call.args[0])
+    if gemm is None or gemm.op != "winograd_gemm" or gemm.args[0] not in calls:
+        return None
+    return gemm.args[0] if calls[gemm.args[0]].op == "winograd_input" else None
 
 
 def _candidate(var: GraphVar, call: Call, nodes, ctx: PassContext) -> Optional[_Node]:
@@ -193,8 +212,15 @@ def _candidate(var: GraphVar, call: Call, nodes, ctx: PassContext) -> Optional[_
         o = call.args[1].ty.static_shape()[0]
         block = conv_blocked.conv_tile(o, out[2], out[3], ctx)[0]
         return _Node(var, call, "conv", block, [arg0] if src is not None else [])
+    if call.op == "winograd_output" and _static_f32(call.ty) and \
+            "layout" not in dict(call.attrs):
+        o = call.ty.static_shape()[1]
+        blocks = [b for b in conv_blocked.block_lanes(ctx) if o % b == 0]
+        return _Node(var, call, "winograd_output", blocks[0]) if blocks else None
     if src is None:
         return None
+    if call.op == "winograd_input":
+        return _Node(var, call, "winograd_input", src.block, [arg0])
     if kind == "depthwise":
         return _Node(var, call, "depthwise", src.block, [arg0])
     if call.op in _POOLS and _static_f32(call.ty) and len(call.ty.static_shape()) == 4:
@@ -247,11 +273,11 @@ def _regions(nodes: Dict[GraphVar, _Node]) -> Dict[GraphVar, _Node]:
             v = parent[v]
         return v
     for n in nodes.values():
-        for i in n.inputs:
+        for i in n.inputs + ([n.link] if n.link in nodes else []):
             parent[root(i)] = root(n.var)
     convs: Dict[GraphVar, int] = {}
     for n in nodes.values():
-        if n.kind in ("conv", "depthwise"):
+        if n.kind in ("conv", "depthwise", "winograd_output"):
             convs[root(n.var)] = convs.get(root(n.var), 0) + 1
     return {v: n for v, n in nodes.items() if convs.get(root(v), 0) >= MIN_CONVS}
 
@@ -272,7 +298,7 @@ def _settle(nodes: Dict[GraphVar, _Node]) -> Dict[GraphVar, _Node]:
     stored: Set[GraphVar] = set()        # values held blocked
     for v, n in nodes.items():
         n.inputs = [i for i in n.inputs if i in stored]
-        if n.kind == "conv":
+        if n.kind in _PRODUCERS:
             if n.demanded:
                 stored.add(v)
             if n.demanded or n.inputs:
@@ -281,7 +307,8 @@ def _settle(nodes: Dict[GraphVar, _Node]) -> Dict[GraphVar, _Node]:
         if not n.inputs:
             continue                     # no blocked input after all: stays NCHW
         out[v] = n
-        stored.add(v)
+        if n.kind not in _SINKS:
+            stored.add(v)
     return out
 
 
@@ -329,7 +356,7 @@ class _Rewriter:
             em.emit(b)
             return
         call = self.blocked_call(node, b.value, em)
-        if node.kind == "conv" and not node.demanded:
+        if node.kind in _SINKS or (node.kind == "conv" and not node.demanded):
             em.emit_value(b.var, call)       # a conv reading blocked, writing NCHW
             return
         bvar = em.emit_value(GraphVar(f"{b.var.name}_{layout_name(node.block)}", call.ty), call)
@@ -352,7 +379,11 @@ class _Rewriter:
             out_layout = layout_name(node.block) if node.demanded else "NCHW"
             weight = pack_conv_weight(call.args[1].data, node.block)
             return ops.call("conv2d_nchwc", src, Constant(weight), out_layout=out_layout, **conv)
+        if node.kind == "winograd_output":
+            return ops.call(call.op, x, layout=layout_name(node.block), **attrs)
         xb = self.as_blocked(em, x, node.block)
+        if node.kind == "winograd_input":
+            return ops.call(call.op, xb, **attrs)
         if node.kind == "depthwise":
             weight = pack_depthwise_weight(call.args[1].data, node.block)
             return ops.call("depthwise_conv2d_nchwc", xb, Constant(weight), **conv)

@@ -152,6 +152,14 @@ def _schedule_input(func: PrimFunc, ctx: PassContext, decide: Decisions) -> Tupl
     # rows with one store per channel, for 64 channels at 56 x 56); parallel with the rest.
     pad = find(sch.func, PAD)
     n, yy, xx, ch = loop_rvs(pad)
+    x_shape = [b for b in pad.read() if b in params_of(sch.func)][0].shape
+    if len(x_shape) == 5:
+        # A channel-blocked input: the channels in steps of its block, so that each step's
+        # loads are contiguous (x[n, ch // b, y, x, ch % b] with ch = c_0 * b + c_1).
+        block = int(x_shape[4].value)
+        if block < chans:
+            ch = sch.split(ch, [None, block])[1]
+        parts.append("input nchwc")
     sch.vectorize(ch)
     if par:
         sch.parallel(sch.fuse(n, yy))
@@ -176,15 +184,28 @@ def _schedule_output(func: PrimFunc, ctx: PassContext, decide: Decisions) -> Tup
         sch.reverse_compute_inline(users[0].rv)
         epilogue += 1
     out = find(sch.func, OUTPUT)
-    _, chans, oh, ow = [static_extent(f) for f in out.loops]
     rows = find(sch.func, OUT_ROWS)
     m = static_extent(rows.loops[0])
-    n, o, y, x = loop_rvs(out)
-    chunk = _chunk(chans, ctx, decide)
-    ty, i = _split(sch, y, oh, m)
-    tx, j = _split(sch, x, ow, m)
-    o0, o1 = _split(sch, o, chans, chunk)
-    sch.reorder(*[lp for lp in (n, ty, tx, o0, i, j, o1) if lp is not None])
+    if len(out.loops) == 5:
+        # Channel-blocked output [N, O/b, OH, OW, b]: chunks within a block, so that each
+        # store is a contiguous vector.
+        _, blocks, oh, ow, block = [static_extent(f) for f in out.loops]
+        n, q, y, x, r = loop_rvs(out)
+        chunk = _chunk(block, ctx, decide)
+        ty, i = _split(sch, y, oh, m)
+        tx, j = _split(sch, x, ow, m)
+        r0, o1 = _split(sch, r, block, chunk)
+        o0 = r0 if r0 is not None else q
+        sch.reorder(*[lp for lp in (n, ty, tx, q, r0, i, j, o1) if lp is not None])
+        chans = blocks * block
+    else:
+        _, chans, oh, ow = [static_extent(f) for f in out.loops]
+        n, o, y, x = loop_rvs(out)
+        chunk = _chunk(chans, ctx, decide)
+        ty, i = _split(sch, y, oh, m)
+        tx, j = _split(sch, x, ow, m)
+        o0, o1 = _split(sch, o, chans, chunk)
+        sch.reorder(*[lp for lp in (n, ty, tx, o0, i, j, o1) if lp is not None])
     at = o0 if o0 is not None else (tx if tx is not None else (ty if ty is not None else n))
     sch.compute_at(sch.get_block(OUT_ROWS), at)
     r_loops = sch.get_loops(sch.get_block(OUT_ROWS))
@@ -196,6 +217,8 @@ def _schedule_output(func: PrimFunc, ctx: PassContext, decide: Decisions) -> Tup
     sch.vectorize(o1)
     parts = [f"winograd output: tile {m}x{m}, channels {chunk}", "rows at tile",
              f"epilogue {'inlined' if epilogue else 'none'}"]
+    if len(out.loops) == 5:
+        parts.append("output nchwc")
     if _parallel(sch, [n, ty, tx], _big(chans * oh * ow, ctx), decide):
         parts.append("parallel")
     return sch.func, ", ".join(parts)
