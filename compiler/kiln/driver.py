@@ -31,6 +31,7 @@ def build(mod, target="llvm", options=None):
     ``kiln.codegen.compile_module(kiln.driver.lower(mod), target).save_object(path)``.
     """
     from . import codegen
+    from .codegen.emit import as_module
     from .runtime import load_module
-    path = codegen.build_library(lower(mod), target, options)
+    path = codegen.build_library(as_module(mod), target, options, lower=True)  # lowers each kernel
     return load_module(path)

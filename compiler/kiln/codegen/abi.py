@@ -59,6 +59,8 @@ _DATA, _SHAPE, _BYTE_OFFSET = 0, 4, 6
 # struct kiln_kernel_ctx_t { uint32 abi_version; int32 num_threads; void* pool; parallel_launch; }
 CTX = ir.LiteralStructType([cg.I32, cg.I32, cg.PTR, cg.PTR])
 TASK_FN = ir.FunctionType(cg.I32, [cg.I64, cg.I64, cg.PTR])
+# int32_t kiln_fn_<name>(const kiln_kernel_ctx_t* ctx, DLTensor* const* args, int32_t num_args)
+ENTRY_FN = ir.FunctionType(cg.I32, [cg.PTR, cg.PTR, cg.I32])
 LAUNCH_FN = ir.FunctionType(cg.I32, [cg.PTR, cg.PTR, cg.PTR, cg.I64])
 PARAM = ir.LiteralStructType([cg.PTR, cg.I8, cg.I8, cg.I16, cg.I32, cg.I32, cg.PTR])
 KERNEL = ir.LiteralStructType([cg.PTR, cg.PTR, cg.I32, cg.PTR, cg.I32, cg.PTR])
@@ -158,7 +160,7 @@ def lower_kernel(mctx, name: str, func: PrimFunc, symbol: str) -> KernelInfo:
     fl.stmt(func.body)
     fl.finish()
 
-    fn = mctx.new_function(symbol, cg.I32, [cg.PTR, cg.PTR, cg.I32], internal=False)
+    fn = mctx.new_function(symbol, ENTRY_FN.return_type, list(ENTRY_FN.args), internal=False)
     b = ir.IRBuilder(fn.append_basic_block("entry"))
     ctx, args = fn.args[0], fn.args[1]
     data, values = {}, {}

@@ -3,28 +3,43 @@
 >>> cm = compile_module(mod, "llvm")                 # doctest: +SKIP
 >>> print(cm.assembly())                             # doctest: +SKIP
 >>> path = build_library(mod, "llvm")                # a cached .so the runtime can load
+
+``build_library`` compiles every kernel as its own LLVM module into its own object (cached by a
+hash of its IR), plus one small object for the library table; for a big module the LLVM work
+runs in worker processes (``kiln.codegen.objcompile``) while Python lowers the next kernels.
+Each object depends only on its kernel's IR, and the objects are linked in kernel order, so the
+library is the same however the work was spread.
 """
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
-from dataclasses import dataclass, field
-from typing import Callable, List, Optional
+import threading
+import time
+from dataclasses import dataclass, field, replace
+from typing import Callable, Dict, List, Optional
 
-import llvmlite.binding as llvm
 from llvmlite import ir
 
 from ..ir.function import IRModule, PrimFunc
-from .abi import KernelInfo, emit_library_info, kernel_symbol, lower_kernel
+from . import objcompile
+from .abi import ENTRY_FN, KernelInfo, emit_library_info, kernel_symbol, lower_kernel
 from .errors import CodegenError
 from .lower import ModuleContext
 from .target import Target, parse_target
 
 # Bump when the generated code changes for the same input, so cached libraries are rebuilt.
-CODEGEN_VERSION = "1"
+CODEGEN_VERSION = "2"
+# Worker processes start once this process has spent this long on a module's kernels with at
+# least two left: small modules never pay a worker's start-up (Python, Kiln and LLVM load,
+# about 0.3-0.5 s), big ones get every CPU.
+PARALLEL_AFTER_S = 0.3
+MAX_JOBS = 8
 
 
 def _default_cache_dir() -> str:
@@ -35,10 +50,13 @@ def _default_cache_dir() -> str:
 
 @dataclass(frozen=True)
 class BuildOptions:
-    """How libraries are built: where they are cached and which C compiler links them."""
+    """How libraries are built: where they are cached, which C compiler links them, and how
+    many processes run LLVM (``jobs``: 0 = one per CPU this process may use, at most 8; 1 = all
+    in this process). ``jobs`` changes only the time a build takes, never the library."""
     cache_dir: str = field(default_factory=_default_cache_dir)
     cc: str = "cc"
     opt_level: int = 3
+    jobs: int = 0
 
 
 def as_module(mod) -> IRModule:
@@ -60,10 +78,7 @@ def lower_to_llvm(mod, target, allow_empty: bool = False) -> tuple:
     no PrimFunc is an error unless ``allow_empty`` (then the library table lists no kernels)."""
     mod = as_module(mod)
     target = parse_target(target)
-    tm = target.create_target_machine()
-    module = ir.Module(name="kiln")
-    module.triple = target.triple
-    module.data_layout = str(tm.target_data)
+    module = _new_module("kiln", target)
     mctx = ModuleContext(module, target)
     kernels: List[KernelInfo] = []
     taken: set = set()
@@ -76,25 +91,38 @@ def lower_to_llvm(mod, target, allow_empty: bool = False) -> tuple:
     return module, kernels, mctx.notes
 
 
+_DATA_LAYOUTS: Dict[str, str] = {}
+
+
+def _new_module(name: str, target: Target) -> ir.Module:
+    module = ir.Module(name=name)
+    module.triple = target.triple
+    key = str(target)
+    if key not in _DATA_LAYOUTS:
+        _DATA_LAYOUTS[key] = str(target.create_target_machine().target_data)
+    module.data_layout = _DATA_LAYOUTS[key]
+    return module
+
+
+def library_table(kernels: List[KernelInfo], target) -> str:
+    """LLVM IR text of a module holding only ``kiln_library_info`` for ``kernels``, whose entry
+    points it declares (they are defined in the kernels' own objects)."""
+    target = parse_target(target)
+    module = _new_module("kiln_table", target)
+    declared = [replace(k, fn=ir.Function(module, ENTRY_FN, k.symbol)) for k in kernels]
+    emit_library_info(module, declared)
+    return str(module)
+
+
 def _parse(text: str, what: str):
     try:
-        m = llvm.parse_assembly(text)
-        m.verify()
+        return objcompile.parse(text)
     except RuntimeError as e:
         # Invalid IR is a bug in codegen, not in the user's program: say so plainly.
         raise CodegenError(f"internal error: codegen produced invalid LLVM IR ({what}): {e}") from None
-    return m
 
 
-def optimize(llmod, tm, opt_level: int = 3) -> None:
-    """Run LLVM's standard O1-O3 pipeline (new pass manager) with loop and SLP vectorization."""
-    pto = llvm.create_pipeline_tuning_options(speed_level=opt_level)
-    pto.loop_vectorization = opt_level >= 2
-    pto.slp_vectorization = opt_level >= 2
-    pto.loop_unrolling = True
-    pto.loop_interleaving = opt_level >= 2
-    pb = llvm.create_pass_builder(tm, pto)
-    pb.getModulePassManager().run(llmod, pb)
+optimize = objcompile.optimize
 
 
 class CompiledModule:
@@ -142,41 +170,163 @@ def _compile_ir(text, target, kernels, notes, options) -> CompiledModule:
     return CompiledModule(target, llmod, tm, kernels, notes)
 
 
+def _jobs(options: BuildOptions) -> int:
+    if options.jobs > 0:
+        return options.jobs
+    try:
+        n = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        n = os.cpu_count() or 1
+    return max(1, min(n, MAX_JOBS))
+
+
+class _KernelQueue:
+    """Runs the kernel jobs: this thread takes them in order; once it has been busy for
+    ``PARALLEL_AFTER_S`` with at least two jobs left, ``jobs - 1`` worker processes start and
+    take from the same queue (each fed by a thread here that waits on its pipe). Results are
+    kept by index, so the outcome never depends on who ran what."""
+
+    def __init__(self, jobs: list, nproc: int, tmp: str):
+        self.jobs, self.nproc, self.tmp = jobs, nproc, tmp
+        self.results: List[Optional[tuple]] = [None] * len(jobs)
+        self.next = 0
+        self.lock = threading.Lock()
+        self.threads: List[threading.Thread] = []
+        self.procs: list = []
+        self.failures: List[str] = []
+
+    def _take(self) -> Optional[int]:
+        with self.lock:
+            if self.next >= len(self.jobs) or self.failures:
+                return None
+            self.next += 1
+            return self.next - 1
+
+    def run(self) -> List[tuple]:
+        from .worker import run_job
+        t0 = time.perf_counter()
+        try:
+            while True:
+                i = self._take()
+                if i is None:
+                    break
+                self.results[i] = run_job(self.jobs[i])
+                if (not self.threads and self.nproc > 1 and len(self.jobs) - self.next >= 2
+                        and time.perf_counter() - t0 >= PARALLEL_AFTER_S):
+                    self._start_workers()
+        finally:
+            self.close()
+        if self.failures:
+            raise CodegenError(self.failures[0])
+        return self.results
+
+    def close(self) -> None:
+        with self.lock:
+            self.next = len(self.jobs)   # nothing more is handed out
+        for t in self.threads:
+            t.join()
+        self.threads = []
+
+    def _start_workers(self) -> None:
+        from .worker import BOOT
+        path = json.dumps([p for p in sys.path if p])
+        for k in range(self.nproc - 1):
+            err = open(os.path.join(self.tmp, f"worker{k}.err"), "w+b")
+            try:
+                proc = subprocess.Popen([sys.executable, "-I", "-c", BOOT, path], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=err)
+            except OSError:
+                err.close()
+                break   # no new processes: this one does the work
+            t = threading.Thread(target=self._feed, args=(proc, err), daemon=True)
+            t.start()
+            self.threads.append(t)
+
+    def _feed(self, proc, err) -> None:
+        from .worker import recv, send
+        i = None
+        try:
+            while True:
+                i = self._take()
+                if i is None:
+                    break
+                send(proc.stdin, self.jobs[i])
+                reply = recv(proc.stdout)
+                if reply is None:
+                    raise EOFError("it exited")
+                self.results[i] = reply
+                i = None
+            proc.stdin.close()
+            proc.wait()
+        except (OSError, EOFError, ValueError) as e:
+            proc.kill()
+            proc.wait()
+            err.seek(0)
+            what = f" on kernel {self.jobs[i].name!r}" if i is not None else ""
+            self.failures.append(f"a codegen worker process failed{what} ({e}); its output: "
+                                 f"{err.read().decode(errors='replace').strip()[-2000:]}")
+        finally:
+            err.close()
+
+
 def build_library(mod, target="llvm", options: Optional[BuildOptions] = None, *,
-                  extra_objects: Optional[Callable[[Target], List[bytes]]] = None,
-                  extra_key: str = "", allow_empty: bool = False) -> str:
+                  extra_objects: Optional[Callable[[Target, str], List[str]]] = None,
+                  extra_key: str = "", allow_empty: bool = False, lower: bool = False) -> str:
     """Compile ``mod`` and link it into a shared library in the cache; returns its path.
 
-    The cache key is a hash of the unoptimized LLVM IR, the target and the codegen version, so
-    a hit skips LLVM entirely. Only targets this machine can link for are accepted.
+    Every kernel becomes an object of its own, cached under a hash of its unoptimized LLVM IR,
+    the target and the codegen version, and the library under the hash of all of them: a hit
+    skips LLVM entirely, and a module that changed in one kernel recompiles only that one.
+    With ``lower``, each PrimFunc first goes through ``kiln.lower.lower_prim_func`` (as part
+    of its job, so in parallel too). Only targets this machine can link for are accepted.
 
-    ``extra_objects(target)`` returns more object files (bytes) to link in; it is called only
-    on a cache miss, so ``extra_key`` must identify their content (it joins the cache key).
-    ``kiln.executable`` links the executable blob this way (with ``allow_empty`` for models
-    made only of external functions).
+    ``extra_objects(target, directory)`` writes more object files into ``directory`` and
+    returns their paths, to link in; it is called only on a cache miss, so ``extra_key`` must
+    identify their content (it joins the cache key). ``kiln.executable`` links the executable
+    blob this way (with ``allow_empty`` for models made only of external functions).
     """
+    from .worker import KernelJob, key_of
     options = options or BuildOptions()
     target = parse_target(target)
     if not target.linkable:
         raise CodegenError(f"cannot link a library for {target.triple} on this machine; use "
                            "compile_module(mod, target).save_object(path) and link the object "
                            "with that platform's toolchain")
-    module, kernels, notes = lower_to_llvm(mod, target, allow_empty)
-    text = str(module)
-    key = hashlib.sha256("\0".join([CODEGEN_VERSION, str(target), target.cpu, target.features,
-                                    str(options.opt_level), text]
-                                   + ([extra_key] if extra_key else [])).encode()).hexdigest()[:32]
+    mod = as_module(mod)
     os.makedirs(options.cache_dir, exist_ok=True)
-    path = os.path.join(options.cache_dir, f"kiln_{key}.so")
-    if os.path.exists(path):
-        return path
-    compiled = _compile_ir(text, target, kernels, notes, options)
+    objects_dir = os.path.join(options.cache_dir, "objects")
+    os.makedirs(objects_dir, exist_ok=True)
+    salt = (CODEGEN_VERSION, str(target), target.cpu, target.features, str(options.opt_level))
+    taken: set = set()
+    jobs = [KernelJob(name, kernel_symbol(name, taken), func, target, lower, salt, objects_dir,
+                      options.opt_level)
+            for name, func in mod.items() if isinstance(func, PrimFunc)]
+    if not jobs and not allow_empty:
+        raise CodegenError("the module has no tensor programs (PrimFuncs) to compile")
     with tempfile.TemporaryDirectory(dir=options.cache_dir) as tmp:
-        objs = [compiled.save_object(os.path.join(tmp, "kernels.o"))]
-        for k, data in enumerate(extra_objects(target) if extra_objects else []):
-            objs.append(os.path.join(tmp, f"extra{k}.o"))
-            with open(objs[-1], "wb") as f:
+        nproc = _jobs(options) if sys.executable else 1
+        results = _KernelQueue(jobs, nproc, tmp).run()
+        for key, info, notes, error in results:
+            if error is not None:
+                raise error
+        kernels = [r[1] for r in results]
+        table = library_table(kernels, target)
+        table_key = key_of(salt, table)
+        table_obj = os.path.join(objects_dir, f"{table_key}.o")
+        if not os.path.exists(table_obj):
+            tm = target.create_target_machine(opt=options.opt_level)
+            llmod = _parse(table, "the library table")
+            data = bytes(tm.emit_object(llmod))
+            with open(os.path.join(tmp, "table.o"), "wb") as f:
                 f.write(data)
+            os.replace(os.path.join(tmp, "table.o"), table_obj)
+        keys = [r[0] for r in results] + [table_key]
+        lib_key = key_of(salt, "\0".join(keys + ([extra_key] if extra_key else [])))
+        lib_path = os.path.join(options.cache_dir, f"kiln_{lib_key}.so")
+        if os.path.exists(lib_path):
+            return lib_path
+        objs = [os.path.join(objects_dir, f"{k}.o") for k in keys]
+        objs += list(extra_objects(target, tmp) if extra_objects else [])
         out = os.path.join(tmp, "kernels.so")
         cmd = [options.cc, "-shared", "-fPIC", "-o", out, *objs, "-lm"]
         if shutil.which(options.cc) is None:
@@ -185,5 +335,5 @@ def build_library(mod, target="llvm", options: Optional[BuildOptions] = None, *,
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             raise CodegenError(f"linking failed: {' '.join(cmd)}\n{proc.stderr.strip()}")
-        os.replace(out, path)  # atomic: concurrent builders never see a half-written library
-    return path
+        os.replace(out, lib_path)  # atomic: concurrent builders never see a half-written library
+    return lib_path

@@ -52,6 +52,18 @@ class ModuleContext:
         self.target = target
         self.notes: List[str] = []
         self._counter = 0
+        # Analyses of IR nodes that depend on the node alone (e.g. whether a vectorized loop
+        # can be lowered lane-parallel), keyed by id: an unrolled loop lowers its body once per
+        # copy, and must not redo them per copy. The node is kept so its id stays unique.
+        self._memo: Dict[tuple, tuple] = {}
+
+    def memo(self, what: str, node, compute):
+        """``compute(node)``, computed once per node for this module."""
+        key = (what, id(node))
+        hit = self._memo.get(key)
+        if hit is None:
+            hit = self._memo[key] = (node, compute(node))
+        return hit[1]
 
     def fresh(self, base: str) -> str:
         self._counter += 1

@@ -157,6 +157,17 @@ class ExprLowerer:
                     return Affine(base, aff.stride * c) if aff.stride * c else base
         a, b = self._pair(a, b, dtype)
         ca, cb = cg.constant_int(a), cg.constant_int(b)
+        if ca is not None and cb is not None or op == "mul" and (ca == 0 or cb == 0):
+            # Fold here what LLVM would fold anyway (index arithmetic of unrolled copies is
+            # mostly constant): less IR to build, print, parse and optimize. Wraps like the
+            # instruction would.
+            w = a.type.width
+            r = 0 if op == "mul" and (ca == 0 or cb == 0) else \
+                {"add": int.__add__, "sub": int.__sub__, "mul": int.__mul__}[op](ca, cb)
+            r &= (1 << w) - 1
+            if w > 1 and r >> (w - 1):
+                r -= 1 << w
+            return ir.Constant(a.type, r)
         if op == "mul" and (ca == 1 or cb == 1):
             return b if ca == 1 else a
         if op in ("add", "sub") and cb == 0:

@@ -15,7 +15,6 @@ Accepted spellings::
 """
 from __future__ import annotations
 
-import functools
 import platform
 from dataclasses import dataclass
 from typing import Dict
@@ -23,6 +22,7 @@ from typing import Dict
 import llvmlite.binding as llvm
 
 from .errors import CodegenError
+from .objcompile import init_llvm, target_machine
 
 # CPUs whose name alone implies a vector width, for targets given by -mcpu without -mattr
 # (LLVM knows their features internally but llvmlite cannot list them). Unknown x86 CPUs
@@ -95,20 +95,14 @@ class Target:
 
     def create_target_machine(self, opt: int = 3):
         """An llvmlite TargetMachine for this target (position independent code)."""
-        _init_llvm()
         try:
-            t = llvm.Target.from_triple(self.triple)
+            return target_machine(self.triple, self.cpu, self.features, opt)
         except RuntimeError as e:
             raise CodegenError(f"unknown target triple {self.triple!r}: {e}") from None
-        return t.create_target_machine(cpu=self.cpu or "generic", features=self.features,
-                                       opt=opt, reloc="pic", codemodel="default")
 
 
-@functools.lru_cache(maxsize=None)
 def _init_llvm() -> None:
-    # All targets, not only the native one: cross compilation needs the others' backends.
-    llvm.initialize_all_targets()
-    llvm.initialize_all_asmprinters()
+    init_llvm()
 
 
 def _parse_features(text: str) -> Dict[str, bool]:

@@ -113,13 +113,13 @@ def _accesses(body):
 
 def lower_vectorized(fl, loop: For) -> None:
     """Lower a ``vectorized`` loop (see the module docstring)."""
-    reason = why_not_direct(loop)
+    reason = fl.m.memo("why_not_direct", loop, why_not_direct)
     if reason is not None:
         fl.m.notes.append(f"{fl.label}: loop '{loop.loop_var.name}' left to LLVM's loop vectorizer "
                           f"because {reason}")
         return fl.serial_loop(loop, hints=FALLBACK_HINTS)
     b = fl.b
-    lanes = natural_lanes(fl, loop)
+    lanes = fl.m.memo("natural_lanes", loop, lambda n: natural_lanes(fl, n))
     lo = fl.scalar_index(loop.min)
     ext = fl.scalar_index(loop.extent)
     n = cg.constant_int(ext)

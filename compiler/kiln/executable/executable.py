@@ -5,8 +5,9 @@ The executable is one shared library in the build cache holding
 - the kernels: every PrimFunc of the module, lowered and compiled by ``kiln.codegen``, with
   their ``kiln_library_info`` table;
 - the blob (``docs/executable-format.md``) as two data symbols, ``kiln_executable_blob``
-  (64-byte aligned bytes) and ``kiln_executable_blob_size`` (u64), emitted as a second object
-  from a small LLVM module and linked next to the kernels.
+  (64-byte aligned bytes) and ``kiln_executable_blob_size`` (u64), in a second object linked
+  next to the kernels (``kiln.executable.blob_object``: written directly for ELF targets,
+  streaming the constants from their arrays, so the weights are never copied).
 
 >>> ex = kiln.compile(mod, target="llvm")           # doctest: +SKIP
 >>> ex.stats.arena_size, ex.kernel_names            # doctest: +SKIP
@@ -19,12 +20,13 @@ import hashlib
 import os
 import shutil
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Union
+from typing import Callable, Dict, List, Optional, Union
 
 import numpy as np
 
 from ..ir.function import IRModule
-from .format import ExecutableSpec, deserialize, disassemble, serialize
+from .blob_object import elf_machine, llvm_blob_object, write_elf_object
+from .format import ExecutableSpec, deserialize, disassemble, layout, serialize, write_pieces
 from .lower import lower_module
 from .plan import MemoryPlan
 
@@ -50,15 +52,23 @@ class ExecutableStats:
 class Executable:
     """A compiled model: kernels plus the serialized graph functions, in one shared library.
 
-    ``library_path`` (the library in the build cache), ``blob`` (the serialized executable),
+    ``library_path`` (the library in the build cache), ``blob`` (the serialized executable;
+    made from ``spec`` on first use when not given, since a compile never needs it whole),
     ``spec`` (its data model, ``kiln.executable.format.ExecutableSpec``), ``stats``,
     ``kernel_names``, ``function_names``. ``export_library(path)`` copies the library out;
     ``export_static(dir, name)`` writes ``<name>.a`` + ``<name>.h`` for static linking;
     ``kiln.VirtualMachine(ex, kiln.cpu())`` runs it.
     """
 
-    def __init__(self, library_path: str, blob: bytes, spec: ExecutableSpec, stats: ExecutableStats):
-        self.library_path, self.blob, self.spec, self.stats = library_path, blob, spec, stats
+    def __init__(self, library_path: str, blob: Optional[bytes], spec: ExecutableSpec,
+                 stats: ExecutableStats):
+        self.library_path, self._blob, self.spec, self.stats = library_path, blob, spec, stats
+
+    @property
+    def blob(self) -> bytes:
+        if self._blob is None:
+            self._blob = serialize(self.spec)
+        return self._blob
 
     @property
     def target(self) -> str:
@@ -105,31 +115,30 @@ class Executable:
 
 
 def blob_object(blob: bytes, target) -> bytes:
-    """An object file for ``target`` defining the two blob symbols.
-
-    The initializer is written as LLVM IR text directly: llvmlite's constant formatter escapes
-    byte by byte in Python, far too slow for hundreds of megabytes of weights.
-    """
-    from llvmlite import ir
-    import llvmlite.binding as llvm
+    """An object file for ``target`` defining the two blob symbols (``kiln.executable.blob_object``)."""
     from ..codegen.target import parse_target
+    machine = elf_machine(parse_target(target).triple)
+    if machine is None:
+        return llvm_blob_object(blob, target, BLOB_SYMBOL, BLOB_SIZE_SYMBOL)
+    out = bytearray()
 
-    target = parse_target(target)
-    tm = target.create_target_machine()
-    mod = ir.Module(name="kiln_executable")
-    mod.triple, mod.data_layout = target.triple, str(tm.target_data)
-    size = ir.GlobalVariable(mod, ir.IntType(64), BLOB_SIZE_SYMBOL)
-    size.global_constant, size.initializer, size.align = True, ir.Constant(ir.IntType(64), len(blob)), 8
-    # Every byte as \XX: three characters per byte, built with numpy in one pass.
-    raw = np.frombuffer(blob, dtype=np.uint8)
-    hexd = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)
-    text = np.empty((raw.size, 3), dtype=np.uint8)
-    text[:, 0], text[:, 1], text[:, 2] = ord("\\"), hexd[raw >> 4], hexd[raw & 15]
-    init = text.tobytes().decode("ascii")
-    ir_text = (str(mod) + f'\n@{BLOB_SYMBOL} = constant [{len(blob)} x i8] c"{init}", align 64\n')
-    llmod = llvm.parse_assembly(ir_text)
-    llmod.verify()
-    return bytes(tm.emit_object(llmod))
+    def stream(write):
+        write(blob)
+        return len(blob)
+    write_elf_object(out.extend, machine, len(blob), stream, BLOB_SYMBOL, BLOB_SIZE_SYMBOL)
+    return bytes(out)
+
+
+def _write_blob_object(spec: ExecutableSpec, size: int, pieces, target, path: str) -> str:
+    """Write the blob object of ``spec`` (its ``layout``: ``size``, ``pieces``) to ``path``."""
+    machine = elf_machine(target.triple)
+    with open(path, "wb") as f:
+        if machine is None:
+            f.write(llvm_blob_object(serialize(spec), target, BLOB_SYMBOL, BLOB_SIZE_SYMBOL))
+        else:
+            write_elf_object(f.write, machine, size, lambda w: write_pieces(size, pieces, w),
+                             BLOB_SYMBOL, BLOB_SIZE_SYMBOL)
+    return path
 
 
 def read_blob(library_path: Union[str, os.PathLike]) -> bytes:
@@ -205,7 +214,6 @@ def compile(mod: IRModule, target="llvm", pipeline: Union[None, str, Callable] =
     ``tuning_db`` (a path, ``kiln.tune``): kernels scheduled here (by a pipeline given by
     name, or unscheduled ones) get the best tuning record's decisions where there is one.
     """
-    from .. import driver
     from ..codegen.emit import build_library
     from ..codegen.target import parse_target
 
@@ -220,17 +228,22 @@ def compile(mod: IRModule, target="llvm", pipeline: Union[None, str, Callable] =
         raise TypeError(f"kiln.compile takes an IRModule, got {type(mod).__name__}")
     mod = schedule_for_target(mod, target, tuning_db)
     spec, plans = lower_module(mod, _canonical_target(target))
-    blob = serialize(spec)
-    lowered = driver.lower(mod)
-    path = build_library(lowered, target, options, extra_objects=lambda t: [blob_object(blob, t)],
-                         extra_key="blob:" + hashlib.sha256(blob).hexdigest(), allow_empty=True)
+    size, pieces = layout(spec)   # the blob in pieces, constants as views: never joined here
+    digest = hashlib.sha256()
+    write_pieces(size, pieces, digest.update)
+    # Each kernel is lowered (kiln.lower) as part of its codegen job, in parallel for big models.
+    path = build_library(mod, target, options, lower=True,
+                         extra_objects=lambda t, d: [_write_blob_object(spec, size, pieces, t,
+                                                                        os.path.join(d, "blob.o"))],
+                         extra_key="blob:" + digest.hexdigest(), allow_empty=True)
+    del pieces
     stats = ExecutableStats(
         num_kernels=len(spec.kernels), num_externs=len(spec.externs), num_constants=len(spec.constants),
         constant_bytes=sum(c.nbytes for c in spec.constants),
         arena_size=sum(p.arena_size for p in plans.values()),
-        naive_size=sum(p.naive_size for p in plans.values()), blob_size=len(blob), plans=plans)
-    ex = Executable(path, blob, spec, stats)
-    ex._static_source = (lowered, target, options)  # for export_static (recompiles the kernels)
+        naive_size=sum(p.naive_size for p in plans.values()), blob_size=size, plans=plans)
+    ex = Executable(path, None, spec, stats)
+    ex._static_source = (mod, target, options)  # for export_static (lowers and recompiles the kernels)
     return ex
 
 

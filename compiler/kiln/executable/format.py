@@ -221,6 +221,40 @@ def _shape_codes(shape: Sequence[Dim], sym_names: Sequence[str], where: str) -> 
 
 def serialize(spec: ExecutableSpec) -> bytes:
     """The blob for ``spec``. Checks it first (``validate``): a bad spec raises ``FormatError``."""
+    size, pieces = layout(spec)
+    blob = bytearray(size)
+    for off, data in pieces:
+        blob[off:off + len(data)] = data
+    return bytes(blob)
+
+
+def write_blob(spec: ExecutableSpec, write) -> int:
+    """Stream the blob for ``spec`` into ``write`` (e.g. ``file.write`` or a hash's ``update``),
+    piece by piece, without ever holding it whole: the constants go out straight from their
+    arrays. Writes the very bytes ``serialize(spec)`` returns; returns their count."""
+    size, pieces = layout(spec)
+    return write_pieces(size, pieces, write)
+
+
+def write_pieces(size: int, pieces, write) -> int:
+    """Write a blob given as ``layout``'s ``(size, pieces)`` through ``write``, zero bytes in
+    the gaps; returns ``size``."""
+    pos = 0
+    for off, data in pieces:
+        if off > pos:
+            write(bytes(off - pos))
+        write(data)
+        pos = off + len(data)
+    if size > pos:
+        write(bytes(size - pos))
+    return size
+
+
+def layout(spec: ExecutableSpec) -> Tuple[int, List[Tuple[int, memoryview]]]:
+    """``(blob_size, [(offset, bytes), ...])``: the blob for ``spec`` as pieces in increasing
+    offset order; the gaps between them (alignment padding) are zero bytes. A constant's piece
+    is a view of its array's memory when that already is little-endian and C-ordered (no copy).
+    Checks ``spec`` first (``validate``)."""
     validate(spec)
     strings = _Strings()
     strings(spec.target)
@@ -281,30 +315,30 @@ def serialize(spec: ExecutableSpec) -> bytes:
     sizes[Section.CONSTANTS] = pos - offsets[Section.CONSTANTS]
     blob_size = align_up(pos, 8)
 
-    blob = bytearray(blob_size)
-    blob[0:HEADER_SIZE] = struct.pack("<8sIIQIIQ24x", MAGIC, FORMAT_VERSION, HEADER_SIZE, blob_size,
+    head = bytearray(table_offset + SECTION_ENTRY_SIZE * len(order))
+    head[0:HEADER_SIZE] = struct.pack("<8sIIQIIQ24x", MAGIC, FORMAT_VERSION, HEADER_SIZE, blob_size,
                                       len(order), strings.index[spec.target], table_offset)
     for i, kind in enumerate(order):
-        struct.pack_into("<IIQQ", blob, table_offset + i * SECTION_ENTRY_SIZE, kind, 0,
+        struct.pack_into("<IIQQ", head, table_offset + i * SECTION_ENTRY_SIZE, kind, 0,
                          offsets[kind], sizes[kind])
-
-    def put(kind, data):
-        blob[offsets[kind]:offsets[kind] + len(data)] = data
-
-    put(Section.STRINGS, string_blob)
-    put(Section.KERNELS, struct.pack("<I", len(spec.kernels)) + kernels)
-    put(Section.EXTERNS, struct.pack("<I", len(spec.externs)) + externs)
-    put(Section.FUNCTIONS, functions_blob(offsets[Section.BYTECODE]))
-    put(Section.BYTECODE, bytes(bytecode))
+    pieces = [(0, head),
+              (offsets[Section.STRINGS], string_blob),
+              (offsets[Section.KERNELS], struct.pack("<I", len(spec.kernels)) + kernels),
+              (offsets[Section.EXTERNS], struct.pack("<I", len(spec.externs)) + externs),
+              (offsets[Section.FUNCTIONS], functions_blob(offsets[Section.BYTECODE])),
+              (offsets[Section.BYTECODE], bytes(bytecode))]
     table = bytearray(struct.pack("<I", len(consts)))
     for c, off in zip(consts, data_offsets):
         table += struct.pack("<BBHI", *dtype_to_dl(dt.from_numpy(c.dtype)), c.ndim)
         table += struct.pack(f"<{c.ndim}q", *c.shape)
         table += struct.pack("<QQ", off, c.nbytes)
-        # Little-endian on disk whatever the host; bool is stored as one byte 0/1.
-        blob[off:off + c.nbytes] = c.astype(c.dtype.newbyteorder("<"), copy=False).tobytes()
-    put(Section.CONSTANTS, bytes(table))
-    return bytes(blob)
+    pieces.append((offsets[Section.CONSTANTS], bytes(table)))
+    for c, off in zip(consts, data_offsets):
+        # Little-endian on disk whatever the host; bool is stored as one byte 0/1. ``astype``
+        # copies only on a big-endian host; the view then shares the array's memory.
+        le = np.ascontiguousarray(c.astype(c.dtype.newbyteorder("<"), copy=False)).reshape(-1)
+        pieces.append((off, le.view(np.uint8)))
+    return blob_size, [(off, memoryview(data)) for off, data in pieces]
 
 
 # ---- checks shared by the writer and the reader --------------------------------------------
@@ -506,5 +540,5 @@ def disassemble(spec: ExecutableSpec) -> str:
 from ._reader import deserialize  # noqa: E402  (the reader uses the definitions above)
 
 __all__ = ["ExecutableSpec", "FunctionSpec", "ParamSpec", "Instruction", "Op", "Section", "FormatError",
-           "serialize", "deserialize", "validate", "disassemble", "dtype_to_dl", "dtype_from_dl", "dtype_nbytes",
+           "serialize", "write_blob", "write_pieces", "layout", "deserialize", "validate", "disassemble", "dtype_to_dl", "dtype_from_dl", "dtype_nbytes",
            "MAGIC", "FORMAT_VERSION", "ALIGN"]

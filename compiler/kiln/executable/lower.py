@@ -75,7 +75,8 @@ class Tables:
     def constant(self, data: np.ndarray) -> int:
         """Pool index of ``data``; an identical array (dtype, shape, bytes) already pooled is reused."""
         arr = np.asarray(data, order="C")  # ascontiguousarray would turn 0-d into 1-d
-        key = (arr.dtype.str, arr.shape, hashlib.sha256(arr.tobytes()).digest())
+        # Its bytes hashed in place (arr is C-ordered): tobytes would copy every weight.
+        key = (arr.dtype.str, arr.shape, hashlib.sha256(arr.reshape(-1).view(np.uint8)).digest())
         for k in self._const_keys.get(key, []):
             if np.array_equal(self.constants[k], arr):
                 return k

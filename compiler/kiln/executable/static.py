@@ -142,7 +142,8 @@ def export_static(ex, directory: Union[str, os.PathLike], name: str = "model",
     if source is None:
         raise ValueError("export_static: this Executable does not hold its lowered module "
                          "(only executables made by kiln.compile can be exported statically)")
-    lowered, target, options = source[0], source[1], options or source[2] or BuildOptions()
+    from ..driver import lower
+    lowered, target, options = lower(source[0]), source[1], options or source[2] or BuildOptions()
     syms = symbol_names(name)
 
     module, kernels, notes = lower_to_llvm(lowered, target, allow_empty=True)

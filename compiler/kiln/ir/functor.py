@@ -23,25 +23,54 @@ def node_fields(cls) -> tuple:
     return tuple(f.name for f in dataclasses.fields(cls))
 
 
+_LEAVES: tuple = ()
+# class -> the fields that may hold child nodes: () for leaves and non-dataclasses. Traversals
+# run over every node of big programs, so the per-node work is one dict lookup.
+_CHILD_FIELDS: Dict[type, tuple] = {}
+
+
+def _child_fields(cls) -> tuple:
+    fields = _CHILD_FIELDS.get(cls)
+    if fields is None:
+        global _LEAVES
+        if not _LEAVES:
+            from .graph import GraphVar  # graph variables are identities too (late: import cycle)
+            _LEAVES = (Var, Buffer, GraphVar)
+        leaf = issubclass(cls, _LEAVES) or not dataclasses.is_dataclass(cls)
+        fields = _CHILD_FIELDS[cls] = () if leaf else node_fields(cls)
+    return fields
+
+
 def is_leaf(node) -> bool:
-    from .graph import GraphVar  # graph variables are identities too
-    return isinstance(node, (Var, Buffer, GraphVar))
+    _child_fields(type(node))
+    return isinstance(node, _LEAVES)
 
 
-def _iter_children(value):
-    if isinstance(value, Node):
-        yield value
-    elif isinstance(value, (tuple, list)):
-        for v in value:
-            yield from _iter_children(v)
+def _flatten(value, out: list) -> None:
+    for v in value:
+        if isinstance(v, Node):
+            out.append(v)
+        elif isinstance(v, (tuple, list)):
+            _flatten(v, out)
+
+
+def _children(node) -> list:
+    fields = _CHILD_FIELDS.get(type(node))
+    if fields is None:
+        fields = _child_fields(type(node))
+    out = []
+    for name in fields:
+        v = getattr(node, name)
+        if isinstance(v, Node):
+            out.append(v)
+        elif isinstance(v, (tuple, list)):
+            _flatten(v, out)
+    return out
 
 
 def children(node: Node):
     """The direct child nodes of ``node`` (none for leaves)."""
-    if is_leaf(node) or not dataclasses.is_dataclass(node):
-        return
-    for name in node_fields(type(node)):
-        yield from _iter_children(getattr(node, name))
+    return iter(_children(node))
 
 
 def post_order_visit(node: Node, fn: Callable[[Node], None]) -> None:
@@ -53,7 +82,7 @@ def post_order_visit(node: Node, fn: Callable[[Node], None]) -> None:
             fn(n)
             continue
         stack.append((n, True))
-        kids = list(children(n))
+        kids = _children(n)
         for k in reversed(kids):
             stack.append((k, False))
 
@@ -65,7 +94,10 @@ def pre_order_visit(node: Node, fn: Callable[[Node], Optional[bool]]) -> None:
         n = stack.pop()
         if fn(n) is False:
             continue
-        stack.extend(reversed(list(children(n))))
+        kids = _children(n)
+        if kids:
+            kids.reverse()
+            stack.extend(kids)
 
 
 def _rewrite_value(value, rec):
@@ -88,11 +120,19 @@ def transform(node: Node, post: Callable[[Node], Optional[Node]],
             r = pre(n)
             if r is not None:
                 return r
-        if not is_leaf(n) and dataclasses.is_dataclass(n):
+        fields = _CHILD_FIELDS.get(type(n))
+        if fields is None:
+            fields = _child_fields(type(n))
+        if fields:
             changes = {}
-            for name in node_fields(type(n)):
+            for name in fields:
                 old = getattr(n, name)
-                new = _rewrite_value(old, rec)
+                if isinstance(old, Node):
+                    new = rec(old)
+                elif isinstance(old, tuple):
+                    new = _rewrite_value(old, rec)
+                else:
+                    continue
                 if new is not old:
                     changes[name] = new
             if changes:

@@ -112,9 +112,15 @@ def transform_weight(w: np.ndarray, m: int, lanes: int) -> np.ndarray:
     u = np.einsum("ak,ockl,bl->abco", g, w.astype(np.float64), g)
     o = w.shape[0]
     panels = -(-o // lanes)
-    u = np.pad(u, [(0, 0)] * 3 + [(0, panels * lanes - o)])
-    u = u.reshape(u.shape[:3] + (panels, lanes)).transpose(3, 0, 1, 2, 4)
-    return np.ascontiguousarray(u.astype(w.dtype))
+    # Straight into the packed float32 array (one rounding, as astype would): no padded or
+    # transposed float64 copies of a weight 4x the size of the original.
+    out = (np.empty if panels * lanes == o else np.zeros)((panels,) + u.shape[:3] + (lanes,), w.dtype)
+    view = out.transpose(1, 2, 3, 0, 4)          # [a, b, c, panel, lane]
+    full = o // lanes
+    view[:, :, :, :full] = u[..., :full * lanes].reshape(u.shape[:3] + (full, lanes))
+    if full < panels:
+        view[:, :, :, full, :o - full * lanes] = u[..., full * lanes:]
+    return out
 
 
 def unpack_weight(up: np.ndarray, out_channels: int) -> np.ndarray:

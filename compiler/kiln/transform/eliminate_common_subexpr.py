@@ -26,6 +26,8 @@ from __future__ import annotations
 import hashlib
 from typing import Dict
 
+import numpy as np
+
 from ..ir import IRModule
 from ..ir.expr import IntImm, PrimExpr, Var
 from ..ir.graph import (Call, Constant, ExternFunc, GlobalVar, GraphExpr, GraphVar, TensorType,
@@ -72,7 +74,8 @@ def expr_key(e: GraphExpr):
     if isinstance(e, GraphVar):
         return ("var", id(e))
     if isinstance(e, Constant):
-        digest = hashlib.sha1(e.data.tobytes()).hexdigest()
+        # The bytes in C order, hashed in place (tobytes would copy every weight once more).
+        digest = hashlib.sha1(np.ascontiguousarray(e.data).reshape(-1).view(np.uint8)).hexdigest()
         return ("const", e.data.dtype.str, e.data.shape, digest)
     if isinstance(e, GlobalVar):
         return ("global", e.name)

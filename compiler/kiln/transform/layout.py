@@ -238,13 +238,13 @@ def pack_array(w: np.ndarray, dim: int, lanes: int, order=None) -> np.ndarray:
     panels = -(-size // lanes)
     pad = [(0, 0)] * w.ndim
     pad[dim] = (0, panels * lanes - size)
-    wp = np.pad(w, pad)
+    wp = np.pad(w, pad) if pad[dim][1] else w   # no padding: no copy before the one below
     wp = wp.reshape(w.shape[:dim] + (panels, lanes) + w.shape[dim + 1:])
     # axes of wp: the weight's dims with dim split into (panels, lanes) at dim, dim + 1
     axis = [k if k < dim else k + 1 for k in range(w.ndim)]
     rest = [axis[k] for k in (order if order is not None else
                               [k for k in range(w.ndim) if k != dim])]
-    return np.ascontiguousarray(wp.transpose([dim] + rest + [dim + 1]))
+    return np.array(wp.transpose([dim] + rest + [dim + 1]), order="C")   # always a new array
 
 
 def fold_pack(func: PrimFunc, inputs) -> Optional[np.ndarray]:
