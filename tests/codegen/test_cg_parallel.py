@@ -1,73 +1,100 @@
-"""build_library: one object per kernel (cached by its IR), worker processes for big modules,
-and the same library however the work was spread."""
+"""Parallel loops: outlined task functions run through ``ctx->parallel_launch``, serially when
+ctx is NULL; task counts, chunking, nesting, per-task scratch, and status propagation."""
 from __future__ import annotations
-
-import os
 
 import numpy as np
 import pytest
 
-from kiln import codegen
-from kiln.codegen import BuildOptions, CodegenError, emit
-from kiln.ir import IRModule
+from kiln.ir import FloatImm, Var, seq
 
-from cg_harness import KernelLibrary
-from cg_irbuild import buf, elementwise, prim_func, realize, store, nest
+from cg_irbuild import buf, elementwise, nest, prim_func, realize, store
+from cg_harness import serial_ctx, threaded_ctx
 
 
-def _module(n_kernels=4, scale=1.0):
-    funcs = {}
-    for k in range(n_kernels):
-        n = 8 * (k + 1)
-        A, B = buf("A", (n,)), buf("B", (n,))
-        funcs[f"k{k}"] = elementwise(n, [A], B, lambda a, k=k: a * (scale + k), "vectorized")
-    return IRModule(funcs)
+def scale_kernel(n_sym=True):
+    """B[i] = A[i] * 2 + i over a symbolic n, the loop parallel."""
+    n = Var("n") if n_sym else 1000
+    A, B = buf("A", (n,)), buf("B", (n,))
+    i = Var("i")
+    body = realize("B", [("S", n, i)], lambda vi: store(B, A[vi] * 2.0 + vi.astype("float32"), vi))
+    return prim_func([A, B], nest([(i, n, "parallel")], body))
 
 
-def _objects(cache):
-    return sorted(os.listdir(os.path.join(cache, "objects")))
+@pytest.fixture(scope="module")
+def scale_lib(build):
+    return build(scale_kernel())
 
 
-@pytest.fixture
-def workers_at_once(monkeypatch):
-    """Worker processes start after the first kernel, whatever its size."""
-    monkeypatch.setattr(emit, "PARALLEL_AFTER_S", 0.0)
+@pytest.mark.parametrize("n", [0, 1, 3, 4, 5, 1000, 4097])
+@pytest.mark.parametrize("ctx_kind", ["null", "serial", "threaded"])
+def test_parallel_loop_runs_every_iteration_once(scale_lib, n, ctx_kind):
+    ctx = {"null": None, "serial": serial_ctx(4), "threaded": threaded_ctx(4)}[ctx_kind]
+    a = np.random.default_rng(n).random(n).astype("float32")
+    b = np.full(n, np.nan, "float32")
+    assert scale_lib.call("main", a, b, ctx=ctx) == 0
+    np.testing.assert_allclose(b, a * 2 + np.arange(n), rtol=1e-6)
+    if ctx_kind == "serial":
+        # n = 0 launches nothing; otherwise min(n, num_threads) tasks
+        assert ctx.launches == ([] if n == 0 else [min(n, 4)])
 
 
-def test_workers_build_the_same_library(tmp_path, workers_at_once):
-    serial = codegen.build_library(_module(), "llvm", BuildOptions(cache_dir=str(tmp_path / "a"), jobs=1))
-    parallel = codegen.build_library(_module(), "llvm", BuildOptions(cache_dir=str(tmp_path / "b"), jobs=3))
-    assert os.path.basename(serial) == os.path.basename(parallel)   # same key: same objects
-    assert _objects(tmp_path / "a") == _objects(tmp_path / "b")
-    for name in _objects(tmp_path / "a"):
-        with open(tmp_path / "a" / "objects" / name, "rb") as f, \
-                open(tmp_path / "b" / "objects" / name, "rb") as g:
-            assert f.read() == g.read(), name
-    lib = KernelLibrary(parallel)
-    for k in range(4):
-        n = 8 * (k + 1)
-        a, b = np.arange(n, dtype="float32"), np.zeros(n, "float32")
-        assert lib.call(f"k{k}", a, b) == 0
-        np.testing.assert_allclose(b, a * (1.0 + k))
+def test_tasks_run_on_several_threads(scale_lib):
+    ctx = threaded_ctx(4)
+    n = 1 << 16
+    a = np.ones(n, "float32")
+    b = np.zeros(n, "float32")
+    for _ in range(5):
+        assert scale_lib.call("main", a, b, ctx=ctx) == 0
+    assert len(ctx.threads) >= 2
+    np.testing.assert_allclose(b, 2 + np.arange(n), rtol=1e-6)
 
 
-def test_objects_are_cached_per_kernel(tmp_path):
-    opts = BuildOptions(cache_dir=str(tmp_path), jobs=1)
-    first = codegen.build_library(_module(), "llvm", opts)
-    before = set(_objects(tmp_path))
-    assert len(before) == 5                      # four kernels and the library table
-    mod = _module()
-    A, B = buf("A", (8,)), buf("B", (8,))
-    other = IRModule({**dict(mod.items()), "k0": elementwise(8, [A], B, lambda a: a - 1.0, "vectorized")})
-    second = codegen.build_library(other, "llvm", opts)
-    assert second != first
-    assert len(set(_objects(tmp_path)) - before) == 1   # only the changed kernel is compiled
+def test_launch_failure_is_returned(scale_lib):
+    a = np.ones(10, "float32")
+    assert scale_lib.call("main", a, np.zeros(10, "float32"), ctx=serial_ctx(2, fail_with=7)) == 7
 
 
-def test_a_kernel_error_is_raised_with_workers_running(tmp_path, workers_at_once):
-    X = buf("X", (4,))   # neither a parameter nor allocated: codegen refuses it
-    A, B = buf("A", (4,)), buf("B", (4,))
-    bad = prim_func([A, B], nest([], realize("B", [], lambda: store(B, X[0], 0))))
-    mod = IRModule({**dict(_module(3).items()), "bad": bad})
-    with pytest.raises(CodegenError, match="buffer 'X' is used but is neither a parameter"):
-        codegen.build_library(mod, "llvm", BuildOptions(cache_dir=str(tmp_path), jobs=2))
+def test_nested_parallel_loops(build):
+    """An inner parallel loop is launched from inside a task (the runtime runs it serially)."""
+    M, N = 6, 40
+    A, B = buf("A", (M, N)), buf("B", (M, N))
+    i, j = Var("i"), Var("j")
+    body = realize("B", [("S", M, i), ("S", N, j)], lambda vi, vj: store(B, A[vi, vj] + vi.astype("float32"), vi, vj))
+    lib = build(prim_func([A, B], nest([(i, M, "parallel"), (j, N, "parallel")], body)))
+    a = np.random.default_rng(0).random((M, N)).astype("float32")
+    for ctx in (None, serial_ctx(3), threaded_ctx(3)):
+        b = np.zeros((M, N), "float32")
+        assert lib.call("main", a, b, ctx=ctx) == 0
+        np.testing.assert_allclose(b, a + np.arange(M)[:, None], rtol=1e-6)
+    ctx = serial_ctx(3)
+    lib.call("main", a, np.zeros((M, N), "float32"), ctx=ctx)
+    assert ctx.launches == [3] + [3] * M  # one outer launch, one per row for the inner loop
+
+
+def test_parallel_with_symbolic_scratch_per_task(build):
+    """Each task gets its own heap scratch (shape depends on symbolic m), freed on return."""
+    n, m = Var("n"), Var("m")
+    A, B = buf("A", (n, m)), buf("B", (n,))
+    tmp = buf("tmp", (m,))
+    i, j, k = Var("i"), Var("j"), Var("k")
+    sq = realize("sq", [("S", m, j)], lambda vj: store(tmp, A[i, vj] * A[i, vj], vj))
+    sm = realize("sum", [("S", n, i), ("R", m, k)], lambda vi, vk: store(B, B[vi] + tmp[vk], vi),
+                 init_fn=lambda vi, vk: store(B, FloatImm(0.0), vi))
+    row = realize("row", [], lambda: seq(nest([(j, m, "vectorized")], sq), nest([(k, m, "serial")], sm)),
+                  allocs=[tmp])
+    lib = build(prim_func([A, B], nest([(i, n, "parallel")], row)))
+    for rows, cols in [(1, 1), (7, 3000), (33, 17)]:
+        a = np.random.default_rng(rows).random((rows, cols)).astype("float32")
+        for ctx in (None, threaded_ctx(4)):
+            b = np.zeros(rows, "float32")
+            assert lib.call("main", a, b, ctx=ctx) == 0
+            np.testing.assert_allclose(b, (a * a).sum(axis=1), rtol=1e-4)
+
+
+def test_parallel_outer_vectorized_inner_against_evaluator(check):
+    n = 203
+    A, B = buf("A", (n,)), buf("B", (n,))
+    func = elementwise(n, [A], B, lambda a: a * a - 1.0, "parallel_split", factor=16)
+    a = np.random.default_rng(1).random(n).astype("float32")
+    for ctx in (None, serial_ctx(5), threaded_ctx(2)):
+        check(func, a, np.zeros(n, "float32"), ctx=ctx, expected=[None, a * a - 1])
