@@ -39,6 +39,8 @@ from .layout import vectors
 from .schedule_rules import (block_infos, consumers, find, inline_intermediates, loop_rvs,
                              params_of, static_extent)
 
+# Reduction blocks of the pools ``pool nchwc`` schedules.
+_POOL_BLOCKS = ("max_pool2d", "avg_pool2d_sum", "mean_sum", "sum", "max")
 # The most pixels a depthwise tile unrolls.
 MAX_PIXELS = 8
 
@@ -109,16 +111,25 @@ def schedule_depthwise(func: PrimFunc, ctx: PassContext,
 
 
 def find_blocked_pool(func: PrimFunc) -> Optional[str]:
-    """The window reduction block of a pool over a blocked input (5 spatial loops, then the
-    window's 2), or None."""
+    """The window reduction block of a pool over a blocked input, or of a global pool (``mean``
+    / ``sum`` / ``max`` over its spatial axes, ``layout_nchwc.py``): the only reduction, its
+    spatial iterators then two reduction ones, one loop each, the last spatial iterator
+    indexing the lanes of a block (the last dimension of a 5-D input); else None."""
     reds = [b for b in block_infos(func) if b.is_reduction]
-    if len(reds) != 1 or not reds[0].name.startswith(("max_pool2d", "avg_pool2d")):
+    if len(reds) != 1 or not reds[0].name.startswith(_POOL_BLOCKS):
         return None
     b = reds[0]
     kinds = [iv.kind for iv in b.block.iter_vars]
-    if kinds != ["spatial"] * 5 + ["reduce"] * 2 or len(b.loops) != 7:
+    spatial = len(kinds) - 2
+    if spatial not in (3, 5) or kinds != ["spatial"] * spatial + ["reduce"] * 2 or \
+            len(b.loops) != len(kinds):
         return None
-    return b.name
+    lane = b.block.iter_vars[spatial - 1].var
+    inputs = [r for r in b.block.reads if r.buffer not in b.written()]
+    if len(inputs) != 1 or len(inputs[0].buffer.shape) != 5:
+        return None
+    last = inputs[0].region[-1]
+    return b.name if last.extent.value == 1 and last.min is lane else None
 
 
 def schedule_blocked_pool(func: PrimFunc, ctx: PassContext,
@@ -132,12 +143,12 @@ def schedule_blocked_pool(func: PrimFunc, ctx: PassContext,
     inline_intermediates(sch, lambda b: b.name == name)
     info = find(sch.func, name)
     extents = [static_extent(f) for f in info.loops]
-    n, q, y, x, r, ry, rx = loop_rvs(info)
-    sch.reorder(n, q, y, x, ry, rx, r)
+    *spatial, r, ry, rx = loop_rvs(info)
+    sch.reorder(*(spatial + [ry, rx, r]))
     init = sch.decompose_reduction(info.rv, ry)
     sch.vectorize(r)
     sch.vectorize(sch.get_loops(init)[-1])
-    rows = sch.fuse(n, q, y)
+    rows = sch.fuse(*spatial[:3])
     parts = ["pool nchwc: vectorize channels"]
     for b in block_infos(sch.func):
         if b.name in (info.name, init.name) or b.is_reduction:
