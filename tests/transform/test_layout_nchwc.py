@@ -289,3 +289,23 @@ def test_winograd_convs_read_and_write_blocked():
     assert len(wo) == 1 and "output nchwc" in wo[0] and "epilogue inlined" in wo[0], sched
     args = [_rand((1, 32, 16, 16))]
     np.testing.assert_allclose(run_vm(out, args), reference(mod, args), rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("target,vector,not_vector", [
+    ("llvm -mcpu=haswell", r"vfmadd\w+\s+.*%ymm", "zmm"),
+    ("llvm -mcpu=skylake-avx512", r"vfmadd\w+\s+.*%zmm", None),
+    ("llvm -mtriple=aarch64-linux-gnu", r"fmla\s+v\d+\.4s", None),
+])
+def test_blocked_kernels_use_the_targets_vectors(target, vector, not_vector):
+    """The depthwise conv's and the blocked 1x1 convs' multiply-adds use the target's full
+    vector registers."""
+    import re
+    from kiln import codegen
+    from kiln.driver import lower
+    out = kiln.get_pipeline("default", target=target)(_inverted_residual((1, 16, 14, 14)))
+    for name in kernels(out):
+        if not name.startswith(("fused_depthwise_conv2d_nchwc", "fused_conv2d_nchwc")):
+            continue
+        asm = codegen.compile_module(lower(IRModule({name: out[name]})), target).assembly()
+        assert re.search(vector, asm), (name, asm[:2000])
+        assert not_vector is None or not_vector not in asm[:asm.find("kiln_library_info")], name
