@@ -160,3 +160,6 @@ def test_a_candidate_measured_again_is_ranked_by_the_median_of_its_records(tmp_p
     d.append(rec({"mr": 4}, t=1.2e-3))
     best = d.best(*KEY)
     assert best["decisions"] == {"mr": 4} and best["median_s"] == 1.0e-3
+    from kiln.tune.database import ranking
+    assert [(r["decisions"]["mr"], r["median_s"]) for r in ranking(d.records())] \
+        == [(4, 1.0e-3), (6, 2.0e-3)]

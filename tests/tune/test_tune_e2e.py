@@ -72,17 +72,18 @@ def test_kiln_tune_then_compile_with_the_records(tmp_path):
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "matmul" in out and "default us" in out and "model estimate" in out
-    assert "model measured end to end (alternating): default" in out
     assert f"--tuning-db {db}" in out
     assert "kiln tune" in proc.stderr and "trial" in proc.stderr     # the progress bar
     records = Database(db).records()
     assert records[0]["status"] == "ok"
-    # 3 candidates; the default and the best measured again, 4 times each, alternating,
-    # when they differ (and again for a new best, up to 3 times)
+    # 3 candidates (some measured again, alternating with the default, when one beat it)
     assert len({decisions_key(r["decisions"]) for r in records}) == 3
-    assert len(records) in (3, 11, 19, 27)
+    assert len(records) == 3 or len(records) >= 3 + 8
     assert all(r["threads"] == len(os.sched_getaffinity(0)) for r in records)
     best = Database(db).best(records[0]["workload"], records[0]["target"], records[0]["threads"])
+    # the whole model is timed with and without the records when they change a schedule
+    changed = best["decisions"] != records[0]["decisions"]        # the first is the default
+    assert ("model measured end to end (alternating): default" in out) == changed, out
 
     # the same command again has nothing left to do (3 records per kernel reached)
     again = kiln_cli("tune", model, "--db", db, "--trials", "3", "-q")

@@ -162,18 +162,22 @@ def candidate_time(records: Iterable[Dict[str, Any]], decisions: Dict[str, Any]
     return rs[(len(rs) - 1) // 2] if rs else None
 
 
+def ranking(records: Iterable[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """The median ``"ok"`` record of each candidate (``candidate_time``), fastest first."""
+    records = list(records)
+    keys = {decisions_key(r["decisions"]): r["decisions"] for r in records
+            if r.get("status") == "ok" and r.get("median_s") is not None}
+    return sorted((candidate_time(records, d) for d in keys.values()),
+                  key=lambda r: (r["median_s"], r.get("min_s") or r["median_s"]))
+
+
 def best_of(records: Iterable[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
     """The fastest ``"ok"`` candidate among ``records``, or None. A candidate measured more
     than once (the tuner's final check re-times the default and the best) is ranked by its
     median record (``candidate_time``), so one lucky timing on a busy machine does not win;
     that record is returned."""
-    records = list(records)
-    keys = {decisions_key(r["decisions"]): r["decisions"] for r in records
-            if r.get("status") == "ok" and r.get("median_s") is not None}
-    if not keys:
-        return None
-    return min((candidate_time(records, d) for d in keys.values()),
-               key=lambda r: (r["median_s"], r.get("min_s") or r["median_s"]))
+    ranked = ranking(records)
+    return ranked[0] if ranked else None
 
 
 def index_best(records: Iterable[Dict[str, Any]]) -> Dict[Key, Dict[str, Any]]:

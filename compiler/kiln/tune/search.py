@@ -133,6 +133,11 @@ class Space:
                 k = decisions_key(c)
                 if k not in self.seen:
                     pool[k] = c
+            for _ in range(0 if pool or explore else attempts):
+                c = self.random()      # the parents' neighbourhood is measured: explore
+                if decisions_key(c) not in self.seen:
+                    pool[decisions_key(c)] = c
+                    break
             if not pool:
                 break
             keys = list(pool)

@@ -21,7 +21,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-from .database import Database, best_of, candidate_time, decisions_key, make_record
+from .database import (Database, best_of, candidate_time, decisions_key, make_record,
+                       ranking)
 from .measure import Executor, LocalExecutor, MeasureInput, MeasureOptions, MeasureResult
 from .cost_model import CostModel, available
 from .search import Space
@@ -175,16 +176,16 @@ def tune(mod, target="llvm", db="tuning.jsonl", trials: Optional[int] = None,
     stderr with the best model estimate so far. With ``pipeline=False`` the module's tensor
     programs are tuned as they are (already through the pipeline with default_schedule off).
     ``confirm``: at the end (in the last tenth of a time budget), time the default and the
-    best candidate of each kernel improved in this run again, alternating, four times each
-    (``_confirm``): the search's own timings of the two were taken minutes apart on a machine
-    that may be busy. These are recorded too; the report's default / best columns are each
+    best candidates of each kernel improved in this run again, alternating, four times each
+    (``_confirm``): the search's own timings were taken minutes apart on a machine that may
+    be busy. These are recorded too; the report's default / best columns are each
     candidate's median record.
     ``cost_model``: rank offspring with a learned model (``cost_model.py``; needs LightGBM,
     the ``tune`` extra; without it the search is random and evolutionary only).
-    ``check_model``: at the very end, compile the whole model with the default schedules and
-    with the records and time both end to end, alternating (``report.model_default_s`` /
-    ``model_tuned_s``): kernels timed alone can behave differently in the model (the thread
-    pool, caches). Apply the records with ``PassContext(tuning_db=db)`` or ``kiln.compile(..., tuning_db=db)``.
+    ``check_model``: at the very end, when a record changes some kernel's schedule, compile
+    the whole model with the default schedules and with the records and time both end to
+    end, alternating (``report.model_default_s`` / ``model_tuned_s``): kernels timed alone
+    can behave differently in the model (the thread pool, caches). Apply the records with ``PassContext(tuning_db=db)`` or ``kiln.compile(..., tuning_db=db)``.
     """
     t_start = time.monotonic()
     if trials is None and time_budget_s is None:
@@ -250,7 +251,9 @@ def tune(mod, target="llvm", db="tuning.jsonl", trials: Optional[int] = None,
             s.stale_batches = 0 if improved else s.stale_batches + 1
         if confirm:
             _confirm(states, executor, record)
-        if check_model and pipeline and any(s.report.new for s in states):
+        changed = [s for s in states if s.report.best_decisions
+                   and s.report.best_decisions != s.report.default_decisions]
+        if check_model and pipeline and changed and any(s.report.new for s in states):
             _check_model(mod, target, threads, ctx, database.path, executor, report)
     except KeyboardInterrupt:
         report.interrupted = True
@@ -292,30 +295,44 @@ def _baselines(states: List[_TaskState], executor: Executor, record) -> None:
 
 
 def _confirm(states: List[_TaskState], executor: Executor, record, rounds: int = 4,
-             checks: int = 3) -> None:
-    """The best candidate of each kernel improved in this run timed again against the
+             checks: int = 3, width: int = 3) -> None:
+    """The best candidates of each kernel improved in this run timed again against the
     default, alternating, ``rounds`` times each. The timings are recorded, and a candidate is
     ranked by its median record (``database.best_of``), so one lucky timing does not win: the
-    default may become the best again, or another candidate timed only once may become the
-    best, which is then checked the same way (up to ``checks`` candidates per kernel). The
-    report's default and best times are those median records."""
+    default may become the best again, or a candidate timed only once may become the best.
+    Each check re-times the (up to ``width``) fastest candidates not re-timed yet, until the
+    best has been re-timed (or is the default), at most ``checks`` times. The report's
+    default and best times are those median records."""
     todo = [s for s in states if s.reference is not None and s.report.new > 0]
     checked: Dict[int, set] = {id(s): set() for s in todo}
+    default = {id(s): decisions_key(s.report.default_decisions) for s in todo}
+
+    def unchecked(s) -> List[Dict[str, Any]]:
+        out = []
+        for r in ranking(s.records):
+            k = decisions_key(r["decisions"])
+            if k == default[id(s)] or k in checked[id(s)]:
+                if not out:
+                    return []          # the best is settled
+                continue
+            out.append(dict(r["decisions"]))
+        return out[:width]
+
     for _ in range(checks):
-        round_ = [(s, dict(s.report.best_decisions)) for s in todo
-                  if s.report.best_decisions
-                  and s.report.best_decisions != s.report.default_decisions
-                  and decisions_key(s.report.best_decisions) not in checked[id(s)]]
+        round_ = [(s, c) for s in todo for c in unchecked(s)]
         if not round_:
             break
         inputs, owner = [], []
-        for s, best in round_:
-            checked[id(s)].add(decisions_key(best))
+        for s, c in round_:
+            checked[id(s)].add(decisions_key(c))
         for _ in range(rounds):
-            for s, best in round_:
-                inputs += [MeasureInput(s.task, s.report.default_decisions, s.reference),
-                           MeasureInput(s.task, best, s.reference)]
-                owner += [s, s]
+            for s in {id(s): s for s, _ in round_}.values():
+                inputs.append(MeasureInput(s.task, s.report.default_decisions, s.reference))
+                owner.append(s)
+                for s2, c in round_:
+                    if s2 is s:
+                        inputs.append(MeasureInput(s.task, c, s.reference))
+                        owner.append(s)
         executor.measure(
             inputs, lambda i, res: record(owner[i], inputs[i].decisions, res, again=True))
     for s in todo:
