@@ -83,7 +83,7 @@ def test_kiln_tune_then_compile_with_the_records(tmp_path):
     best = Database(db).best(records[0]["workload"], records[0]["target"], records[0]["threads"])
     # the whole model is timed with and without the records when they change a schedule
     changed = best["decisions"] != records[0]["decisions"]        # the first is the default
-    assert ("model measured end to end (alternating): default" in out) == changed, out
+    assert ("model measured end to end (alternating" in out) == changed, out
 
     # the same command again has nothing left to do (3 records per kernel reached)
     again = kiln_cli("tune", model, "--db", db, "--trials", "3", "-q")

@@ -11,8 +11,9 @@ A record (one JSON object per line; ``docs/tuning.md``)::
 ``Machine.key()``, ``threads`` the runtime threads it was timed with; the three together key a
 lookup. ``status`` is ``"ok"`` or why the candidate failed (``"build_error"``,
 ``"run_error"``, ``"timeout"``, ``"wrong_result"``) with ``message`` saying more; a failed
-record has no times and is never returned as the best. A candidate may have several records
-(measured again); ``best`` ranks it by the median of its records.
+record has no times and is never returned as the best. Candidates are ranked by
+``record_time`` (the minimum time); a candidate with several records (measured again) by
+its median record.
 
 Records are appended one line per ``os.write`` on a file opened with ``O_APPEND`` under an
 exclusive ``fcntl.flock``, as each measurement finishes: a run stopped by Ctrl-C or a crash
@@ -138,7 +139,7 @@ class Database:
                 == (workload, target, int(threads))]
 
     def best(self, workload: str, target: str, threads: int) -> Optional[Dict[str, Any]]:
-        """The fastest ``"ok"`` record (by median time) for the key, or None."""
+        """The fastest ``"ok"`` candidate's record for the key (``best_of``), or None."""
         return best_of(self.query(workload, target, threads))
 
     def measured(self, workload: str, target: str, threads: int) -> Dict[str, Dict[str, Any]]:
@@ -152,13 +153,20 @@ class Database:
         return f"kiln.tune.Database({self.path!r})"
 
 
+def record_time(r: Dict[str, Any]) -> float:
+    """The time a record ranks by: its ``min_s``, the fastest of its timings. Other work on
+    the machine only ever adds time, so the minimum is the estimate it disturbs least (on a
+    busy 2-core machine the same kernel's median varies 2x between runs, its minimum little)."""
+    return r["min_s"] if r.get("min_s") is not None else r["median_s"]
+
+
 def candidate_time(records: Iterable[Dict[str, Any]], decisions: Dict[str, Any]
                    ) -> Optional[Dict[str, Any]]:
-    """The median ``"ok"`` record of one candidate (by ``median_s``; the lower of the two
+    """The median ``"ok"`` record of one candidate (by ``record_time``; the lower of the two
     middle ones for an even count), or None when it has none."""
     key = decisions_key(decisions)
     rs = sorted((r for r in records if r.get("status") == "ok" and r.get("median_s") is not None
-                 and decisions_key(r["decisions"]) == key), key=lambda r: r["median_s"])
+                 and decisions_key(r["decisions"]) == key), key=record_time)
     return rs[(len(rs) - 1) // 2] if rs else None
 
 
@@ -168,7 +176,7 @@ def ranking(records: Iterable[Dict[str, Any]]) -> List[Dict[str, Any]]:
     keys = {decisions_key(r["decisions"]): r["decisions"] for r in records
             if r.get("status") == "ok" and r.get("median_s") is not None}
     return sorted((candidate_time(records, d) for d in keys.values()),
-                  key=lambda r: (r["median_s"], r.get("min_s") or r["median_s"]))
+                  key=lambda r: (record_time(r), r["median_s"]))
 
 
 def best_of(records: Iterable[Dict[str, Any]]) -> Optional[Dict[str, Any]]:

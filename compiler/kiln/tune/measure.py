@@ -192,8 +192,9 @@ def run_candidate(lib_path: str, specs: Sequence[ArgSpec], threads: int,
 def run_models(lib_paths: Sequence[str], function: str, specs: Sequence[ArgSpec],
                threads: int, rounds: int, calls: int, seed: int) -> List[float]:
     """Compiled models (``kiln.compile`` libraries) timed end to end in alternating rounds
-    of ``calls`` calls of ``function`` on seeded random inputs; the median seconds per call
-    of each (in the runner process). Their outputs must agree (``compare``)."""
+    of ``calls`` calls of ``function`` on seeded random inputs; the seconds per call of each
+    in its fastest round (as ``database.record_time``; in the runner process). Their outputs
+    must agree (``compare``)."""
     from ..runtime import VirtualMachine, cpu, nd, set_num_threads
     set_num_threads(threads)
     fns = [VirtualMachine(p, cpu())[function] for p in lib_paths]
@@ -214,7 +215,7 @@ def run_models(lib_paths: Sequence[str], function: str, specs: Sequence[ArgSpec]
             for _ in range(calls):
                 f(*args)
             ts.append((time.perf_counter() - t0) / calls)
-    return [float(np.median(ts)) for ts in times]
+    return [float(min(ts)) for ts in times]
 
 
 # ---- executors -------------------------------------------------------------------------------

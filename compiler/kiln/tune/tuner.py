@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
 from .database import (Database, best_of, candidate_time, decisions_key, make_record,
-                       ranking)
+                       ranking, record_time)
 from .measure import Executor, LocalExecutor, MeasureInput, MeasureOptions, MeasureResult
 from .cost_model import CostModel, available
 from .search import Space
@@ -107,7 +107,8 @@ class TuneReport:
                          f"tuned {b * 1e3:.3f} ms ({d / b:.2f}x), in {self.seconds:.0f} s")
         md, mt = self.model_default_s, self.model_tuned_s
         if md is not None and mt is not None:
-            lines.append(f"model measured end to end (alternating): default {md * 1e3:.3f} ms, "
+            lines.append(f"model measured end to end (alternating, fastest of 7 rounds): "
+                         f"default {md * 1e3:.3f} ms, "
                          f"tuned {mt * 1e3:.3f} ms ({md / mt:.2f}x)")
         if self.model_note:
             lines.append(f"model: {self.model_note}")
@@ -144,10 +145,10 @@ class _TaskState:
         r.failed = r.trials - len(ok)
         best = best_of(self.records)
         if best is not None:
-            r.best_s, r.best_decisions = best["median_s"], dict(best["decisions"])
+            r.best_s, r.best_decisions = record_time(best), dict(best["decisions"])
 
     def parents(self):
-        return [(x["decisions"], x["median_s"]) for x in self.records if x["status"] == "ok"]
+        return [(x["decisions"], record_time(x)) for x in self.records if x["status"] == "ok"]
 
     def left(self) -> Optional[int]:
         return None if self.trials is None else max(0, self.trials - self.candidates())
@@ -282,7 +283,7 @@ def _baselines(states: List[_TaskState], executor: Executor, record) -> None:
         s.report.default_decisions = dict(d)
         if res.ok:
             s.reference = res.outputs
-            s.report.default_s = res.median_s
+            s.report.default_s = res.min_s
             s.baseline_wall = res.run_s
         else:
             s.report.note = f"the default schedule failed ({res.status}: " \
@@ -341,7 +342,7 @@ def _confirm(states: List[_TaskState], executor: Executor, record, rounds: int =
         s.report.confirmed = True
         d = candidate_time(s.records, s.report.default_decisions)
         if d is not None:
-            s.report.default_s = d["median_s"]
+            s.report.default_s = record_time(d)
         if s.report.best_decisions == s.report.default_decisions:
             s.report.note = ("measured again, alternating with the default, no candidate was "
                              "faster: the default stays")
