@@ -86,10 +86,11 @@ def test_conv2d_nchwc_checks_the_weight_block():
     ((2, 8, 5, 6), {"padding": (2, 2), "strides": (2, 1)}, 4),           # 5x5 kernel below
     ((1, 8, 1, 1), {"padding": (1, 1)}, 8),                              # 1 x 1 spatial
     ((1, 8, 6, 6), {}, 8),                                               # no padding
+    ((1, 8, 9, 9), {"padding": (2, 2), "dilation": (2, 2)}, 8),          # dilated, 3x3
 ])
 def test_depthwise_conv2d_nchwc(x_shape, attrs, b, check_op, rand):
     c = x_shape[1]
-    k = 5 if attrs.get("padding") == (2, 2) else 3
+    k = 5 if attrs.get("padding") == (2, 2) and "dilation" not in attrs else 3
     x, w = rand(x_shape, seed=3), rand((c, 1, k, k), seed=4)
     want = _ref("conv2d", x, w, groups=c, **attrs)
     xb, wp = to_blocked(x, b), pack_depthwise_weight(w, b)

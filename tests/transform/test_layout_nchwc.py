@@ -241,6 +241,15 @@ def test_residual_network_with_pools():
     assert sum(s.startswith("pool nchwc") for s in sched.values()) == 3, sched
 
 
+def test_adaptive_average_pool_to_one_pixel_is_a_blocked_mean():
+    n = Net((1, 8, 6, 6))
+    h = n.op("adaptive_avg_pool2d", n.conv(n.conv(n.x, 16, k=3), 16, k=3), output_size=1)
+    mod = n.module(ops.call("flatten", h))
+    out = convert_layout_nchwc(AVX2_CTX)(mod)
+    assert "mean" in _ops(out) and _changes(out) == (1, 1), _ops(out)
+    _check(mod)
+
+
 def test_global_mean_without_keepdims_then_linear():
     n = Net((1, 8, 5, 5))
     h = n.op("mean", n.conv(n.conv(n.x, 16, k=3), 16, k=3), axis=(2, 3))

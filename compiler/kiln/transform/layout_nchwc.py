@@ -14,7 +14,8 @@ vectors and every depthwise tap is one contiguous vector load:
 - a depthwise ``conv2d`` (groups = C = O) of a blocked input becomes
   ``depthwise_conv2d_nchwc`` (block of its input, weight ``[C/b, KH, KW, b]``);
 - ``max_pool2d`` / ``avg_pool2d`` of a blocked input become their ``_nchwc`` operators;
-  ``mean`` / ``sum`` / ``max`` / ``min`` over the spatial axes (global pooling) and elementwise
+  ``mean`` / ``sum`` / ``max`` / ``min`` over the spatial axes (global pooling; an
+  ``adaptive_avg_pool2d`` to 1 x 1 becomes such a ``mean``) and elementwise
   / broadcast operators (bias, batch-norm scale and shift, relu, clip, residual add) with a
   blocked operand run on the 5-D tensors as they are, their constant operands (a bias
   ``[1, C, 1, 1]``) re-laid out here as ``[1, C/b, 1, 1, b]``;
@@ -159,6 +160,10 @@ def _elementwise(call: Call) -> bool:
 
 
 def _spatial_reduction(call: Call) -> bool:
+    """A reduction over the spatial axes (a global pool): ``mean`` / ``sum`` / ``max`` / ``min``
+    over axes (2, 3), or ``adaptive_avg_pool2d`` to 1 x 1 (run as ``mean``)."""
+    if call.op == "adaptive_avg_pool2d" and _static_f32(call.args[0].ty, call.ty):
+        return tuple(call.ty.static_shape()[2:]) == (1, 1)
     if call.op not in _REDUCTIONS or not _static_f32(call.args[0].ty):
         return False
     shape = call.args[0].ty.static_shape()
@@ -390,6 +395,8 @@ class _Rewriter:
         if node.kind == "pool":
             return ops.call(_POOLS[call.op], xb, **attrs)
         if node.kind == "reduce":
+            if call.op == "adaptive_avg_pool2d":
+                return ops.call("mean", xb, axis=(2, 3), keepdims=True)
             attrs["axis"] = (2, 3)
             return ops.call(call.op, xb, **attrs)
         channels = call.ty.static_shape()[1]
