@@ -191,8 +191,8 @@ def run_candidate(lib_path: str, specs: Sequence[ArgSpec], threads: int,
 
 def run_models(lib_paths: Sequence[str], function: str, specs: Sequence[ArgSpec],
                threads: int, rounds: int, calls: int, seed: int) -> List[float]:
-    """Compiled models (``kiln.compile`` libraries) timed end to end in alternating rounds
-    of ``calls`` calls of ``function`` on seeded random inputs; the seconds per call of each
+    """Compiled models (``kiln.compile`` libraries) timed end to end in rounds (the order
+    reversed each round) of ``calls`` calls of ``function`` on seeded random inputs; the seconds per call of each
     in its fastest round (as ``database.record_time``; in the runner process). Their outputs
     must agree (``compare``)."""
     from ..runtime import VirtualMachine, cpu, nd, set_num_threads
@@ -208,8 +208,11 @@ def run_models(lib_paths: Sequence[str], function: str, specs: Sequence[ArgSpec]
         if why is not None:
             raise ValueError(f"the compiled models disagree: {why}")
     times: List[List[float]] = [[] for _ in fns]
+    order = list(range(len(fns)))
     for _ in range(rounds):
-        for f, ts in zip(fns, times):
+        order.reverse()          # A B, B A, ...: neither always goes first
+        for k in order:
+            f, ts = fns[k], times[k]
             f(*args)
             t0 = time.perf_counter()
             for _ in range(calls):

@@ -326,14 +326,14 @@ def _confirm(states: List[_TaskState], executor: Executor, record, rounds: int =
         inputs, owner = [], []
         for s, c in round_:
             checked[id(s)].add(decisions_key(c))
-        for _ in range(rounds):
+        for r in range(rounds):
             for s in {id(s): s for s, _ in round_}.values():
-                inputs.append(MeasureInput(s.task, s.report.default_decisions, s.reference))
-                owner.append(s)
-                for s2, c in round_:
-                    if s2 is s:
-                        inputs.append(MeasureInput(s.task, c, s.reference))
-                        owner.append(s)
+                group = [MeasureInput(s.task, s.report.default_decisions, s.reference)]
+                group += [MeasureInput(s.task, c, s.reference) for s2, c in round_ if s2 is s]
+                if r % 2:
+                    group.reverse()    # neither the default nor a candidate always goes first
+                inputs += group
+                owner += [s] * len(group)
         executor.measure(
             inputs, lambda i, res: record(owner[i], inputs[i].decisions, res, again=True))
     for s in todo:
