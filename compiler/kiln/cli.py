@@ -390,8 +390,8 @@ def build_parser() -> argparse.ArgumentParser:
     t.add_argument("model", help="the .onnx file")
     t.add_argument("--db", default="tuning.jsonl", help="the tuning database to append to "
                    "(default: tuning.jsonl)")
-    t.add_argument("--trials", type=int, help="records per kernel to reach (default: 32 without "
-                   "--time, else until the time is up)")
+    t.add_argument("--trials", type=int, help="candidates per kernel to reach, earlier runs "
+                   "included (default: 32 without --time, else until the time is up)")
     t.add_argument("--time", type=_parse_duration, metavar="DURATION",
                    help="stop after this long, e.g. 90s, 10m, 1h")
     t.add_argument("--threads", type=int, help="runtime threads to tune for (default: every core)")

@@ -169,9 +169,9 @@ def tune(mod, target="llvm", db="tuning.jsonl", trials: Optional[int] = None,
     after ``bind_params``) for ``target`` at ``num_threads`` runtime threads (default: every
     core), appending every measurement to the database ``db``; returns a ``TuneReport``.
 
-    ``trials``: records per kernel to reach (default 32 when no ``time_budget_s``; None with
-    a budget: until the budget or the space runs out); ``time_budget_s``: stop after this many
-    seconds. ``ctx``: other ``PassContext`` options of the pipeline; ``executor``: where
+    ``trials``: candidates per kernel to reach, earlier runs' included (default 32 when no
+    ``time_budget_s``; None with a budget: until the budget or the space runs out);
+    ``time_budget_s``: stop after this many seconds. ``ctx``: other ``PassContext`` options of the pipeline; ``executor``: where
     candidates are built and run (default: a ``LocalExecutor`` with ``options``); ``batch``:
     candidates per round (default: twice the builder processes). ``progress``: a tqdm bar on
     stderr with the best model estimate so far. With ``pipeline=False`` the module's tensor
