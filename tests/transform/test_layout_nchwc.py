@@ -274,6 +274,25 @@ def test_elementwise_with_a_runtime_operand_and_broadcast_constants():
     _check(mod)
 
 
+def test_batch_norm_and_constants_first():
+    """conv -> batch_norm -> hardswish written with the constant first (as PaddleOCR's models
+    export it: 1 * x + 0, x * clip(x + 3) / 6) -> depthwise -> conv, all blocked; batch_norm as
+    a multiply and an add."""
+    n = Net((1, 16, 9, 9))
+    h = n.conv(n.x, 32, bias=False, act=None)
+    c = 32
+    h = n.op("batch_norm", h, n.const((c,)), n.const((c,)), n.const((c,), 0.1),
+             Constant(np.abs(_rand((c,), seed=9)) + 0.5), eps=1e-3)
+    h = n.op("add", n.op("multiply", Constant(np.ones(1, "float32")), h), Constant(np.zeros(1, "float32")))
+    h = n.op("divide", n.op("multiply", h, n.op("clip", n.op("add", h, Constant(np.float32(3))),
+                                                 min=0.0, max=6.0)), Constant(np.float32(6)))
+    mod = n.module(n.conv(n.dw(h), 16, act=None))
+    out = convert_layout_nchwc(AVX2_CTX)(mod)
+    assert "batch_norm" not in _ops(out) and "conv2d" not in _ops(out), _ops(out)
+    assert _changes(out) == (1, 1)
+    _check(mod)
+
+
 def test_winograd_convs_read_and_write_blocked():
     """A Winograd conv inside a region: its input transform reads the blocked activations and
     its output transform writes them (the epilogue folded in), so the region goes on."""

@@ -15,7 +15,8 @@ vectors and every depthwise tap is one contiguous vector load:
   ``depthwise_conv2d_nchwc`` (block of its input, weight ``[C/b, KH, KW, b]``);
 - ``max_pool2d`` / ``avg_pool2d`` of a blocked input become their ``_nchwc`` operators;
   ``mean`` / ``sum`` / ``max`` / ``min`` over the spatial axes (global pooling; an
-  ``adaptive_avg_pool2d`` to 1 x 1 becomes such a ``mean``) and elementwise
+  ``adaptive_avg_pool2d`` to 1 x 1 becomes such a ``mean``), a ``batch_norm`` with constant
+  parameters (as a multiply and an add) and elementwise
   / broadcast operators (bias, batch-norm scale and shift, relu, clip, residual add) with a
   blocked operand run on the 5-D tensors as they are, their constant operands (a bias
   ``[1, C, 1, 1]``) re-laid out here as ``[1, C/b, 1, 1, b]``;
@@ -222,6 +223,10 @@ def _candidate(var: GraphVar, call: Call, nodes, ctx: PassContext) -> Optional[_
         o = call.ty.static_shape()[1]
         blocks = [b for b in conv_blocked.block_lanes(ctx) if o % b == 0]
         return _Node(var, call, "winograd_output", blocks[0]) if blocks else None
+    if _elementwise(call):
+        if not any(isinstance(a, GraphVar) and a in nodes for a in call.args):
+            return None
+        return _elementwise_candidate(var, call, nodes)
     if src is None:
         return None
     if call.op == "winograd_input":
@@ -232,9 +237,21 @@ def _candidate(var: GraphVar, call: Call, nodes, ctx: PassContext) -> Optional[_
         return _Node(var, call, "pool", src.block, [arg0])
     if _spatial_reduction(call):
         return _Node(var, call, "reduce", src.block, [arg0])
-    if _elementwise(call):
-        return _elementwise_candidate(var, call, nodes)
+    if _constant_batch_norm(call):
+        return _Node(var, call, "batch_norm", src.block, [arg0])
     return None
+
+
+def _constant_batch_norm(call: Call) -> bool:
+    """An inference ``batch_norm`` over the channels of an NCHW tensor with constant statistics
+    and affine parameters (run as a multiply and an add on blocked activations)."""
+    if call.op != "batch_norm" or not _static_f32(call.ty) or len(call.ty.static_shape()) != 4:
+        return False
+    try:
+        axis = normalize_axes("batch_norm", dict(call.attrs).get("axis", 1), 4)
+    except ops.OpError:
+        return False
+    return axis == (1,) and all(isinstance(a, Constant) for a in call.args[1:])
 
 
 def _elementwise_candidate(var: GraphVar, call: Call, nodes) -> Optional[_Node]:
@@ -386,6 +403,11 @@ class _Rewriter:
             return ops.call("conv2d_nchwc", src, Constant(weight), out_layout=out_layout, **conv)
         if node.kind == "winograd_output":
             return ops.call(call.op, x, layout=layout_name(node.block), **attrs)
+        if node.kind == "elementwise":
+            channels = call.ty.static_shape()[1]
+            args = [_blocked_constant(a, channels, node.block) if isinstance(a, Constant)
+                    else self.as_blocked(em, a, node.block) for a in call.args]
+            return ops.call(call.op, *args, **attrs)
         xb = self.as_blocked(em, x, node.block)
         if node.kind == "winograd_input":
             return ops.call(call.op, xb, **attrs)
@@ -394,15 +416,22 @@ class _Rewriter:
             return ops.call("depthwise_conv2d_nchwc", xb, Constant(weight), **conv)
         if node.kind == "pool":
             return ops.call(_POOLS[call.op], xb, **attrs)
-        if node.kind == "reduce":
-            if call.op == "adaptive_avg_pool2d":
-                return ops.call("mean", xb, axis=(2, 3), keepdims=True)
-            attrs["axis"] = (2, 3)
-            return ops.call(call.op, xb, **attrs)
-        channels = call.ty.static_shape()[1]
-        args = [_blocked_constant(a, channels, node.block) if isinstance(a, Constant)
-                else self.as_blocked(em, a, node.block) for a in call.args]
-        return ops.call(call.op, *args, **attrs)
+        if node.kind == "batch_norm":
+            # x * scale + shift, scale = gamma / sqrt(var + eps), shift = beta - mean * scale
+            gamma, beta, mean, var = (a.data.astype(np.float64) for a in call.args[1:])
+            scale = gamma / np.sqrt(var + attrs.get("eps", 1e-5))
+            shift = beta - mean * scale
+            c = call.ty.static_shape()[1]
+            scaled = ops.call("multiply", xb, _blocked_constant(
+                Constant(scale.astype("float32").reshape(c, 1, 1)), c, node.block))
+            xs = em.emit_value(GraphVar(f"{x.name}_scaled", scaled.ty), scaled)
+            return ops.call("add", xs, _blocked_constant(
+                Constant(shift.astype("float32").reshape(c, 1, 1)), c, node.block))
+        assert node.kind == "reduce", node.kind
+        if call.op == "adaptive_avg_pool2d":
+            return ops.call("mean", xb, axis=(2, 3), keepdims=True)
+        attrs["axis"] = (2, 3)
+        return ops.call(call.op, xb, **attrs)
 
 
 def _nchw_uses(func: Function, nodes: Dict[GraphVar, _Node]) -> Set[GraphVar]:
