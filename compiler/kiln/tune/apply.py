@@ -75,6 +75,8 @@ def schedule_from_db(func, ctx):
     if stale or missing:
         _warn_once(rec, stale, missing)
         return None
+    if not d.made:          # a rule without decisions: the record changes nothing
+        return None
     attrs = dict(out.attrs)
     attrs[ATTR_SCHEDULE] = f"{attrs.get(ATTR_SCHEDULE, '')}; tuned"
     return PrimFunc(out.params, out.body, tuple(attrs.items()))
