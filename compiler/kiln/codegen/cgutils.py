@@ -210,3 +210,85 @@ def entry_alloca(b: ir.IRBuilder, ty: ir.Type, count: int = 1, align: int = 0, n
         if align:
             slot.align = align
     return slot
+
+
+def _type_key(t):
+    if isinstance(t, ir.IntType):
+        return t.width
+    if isinstance(t, ir.VectorType):
+        return ("vec", t.count, _type_key(t.element))
+    return str(t)
+
+
+def _operand_key(v):
+    if isinstance(v, ir.Constant):        # equal constants are distinct objects: by value
+        c = v.constant
+        if isinstance(c, int) and isinstance(v.type, ir.IntType):
+            return ("int", v.type.width, c)
+        return ("const", str(v))
+    if isinstance(v, (ir.Value, ir.Block)):
+        return id(v)                      # kept alive by the instruction that uses it
+    if isinstance(v, ir.Type):
+        return ("type", _type_key(v))
+    if isinstance(v, (list, tuple)):
+        return tuple(_operand_key(x) for x in v)
+    return v
+
+
+class NumberingBuilder(ir.IRBuilder):
+    """An ``ir.IRBuilder`` that gives back the instruction it already made when asked for the
+    same pure operation on the same operands in the same basic block (local value numbering).
+    Lowering recomputes index arithmetic for every access of every unrolled copy (the
+    ``//``/``%`` of a fused loop index, strides times loop variables, the same addresses), and
+    these repeats were half the instructions of a model: built in Python, printed, parsed and
+    then removed again by LLVM's CSE. Reuse is only within one block and only while appending
+    at its end, where the earlier instruction always dominates the new use."""
+
+    def __init__(self, block=None):
+        super().__init__(block)
+        self._numbered = {}
+
+
+def _key(v):
+    return id(v) if not isinstance(v, ir.Constant) else _operand_key(v)
+
+
+def _numbered(name: str):
+    make = getattr(ir.IRBuilder, name)
+
+    def generic(self, *args, **kwargs):
+        block = self._block
+        if block is None or self._anchor != len(block.instructions):
+            return make(self, *args, **kwargs)
+        kwargs.pop("name", None)
+        key = (name, id(block), *[_operand_key(a) for a in args],
+               *[(k, _operand_key(v)) for k, v in sorted(kwargs.items())])
+        hit = self._numbered.get(key)
+        if hit is None:
+            hit = self._numbered[key] = make(self, *args, **kwargs)
+        return hit
+
+    def binop(self, lhs, rhs, name="", flags=()):   # the hot ones: index arithmetic
+        block = self._block
+        if block is None or self._anchor != len(block.instructions):
+            return make(self, lhs, rhs, name, flags)
+        key = (name_, id(block), _key(lhs), _key(rhs), flags)
+        hit = self._numbered.get(key)
+        if hit is None:
+            hit = self._numbered[key] = make(self, lhs, rhs, "", flags)
+        return hit
+
+    name_ = name
+    method = binop if name in _BINOPS else generic
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = make.__doc__
+    return method
+
+
+_BINOPS = {"add", "sub", "mul", "sdiv", "srem", "udiv", "urem", "and_", "or_", "xor", "shl",
+           "ashr", "lshr"}
+# Pure (no memory, no side effect) operations only: loads, stores and calls are never reused.
+for _name in ("add", "sub", "mul", "sdiv", "srem", "udiv", "urem", "and_", "or_", "xor", "shl",
+              "ashr", "lshr", "icmp_signed", "icmp_unsigned", "zext", "sext", "trunc", "select",
+              "gep", "extract_element", "insert_element", "shuffle_vector"):
+    setattr(NumberingBuilder, _name, _numbered(_name))

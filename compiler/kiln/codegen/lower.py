@@ -87,7 +87,7 @@ class FuncLowerer(ExprLowerer):
         self.prologue = fn.append_basic_block("prologue")
         body = fn.append_basic_block("body")
         self.exit = fn.append_basic_block("exit")
-        self.b = ir.IRBuilder(body)
+        self.b = cg.NumberingBuilder(body)
         self.rc = cg.entry_alloca(self.b, cg.I32, name="rc")
         with self.b.goto_block(self.entry):
             self.b.store(cg.I32(0), self.rc)

@@ -68,8 +68,14 @@ class BufInfo:
     strides: list
 
 
+_SIGNED: dict = {}
+
+
 def _signed(dtype: str) -> bool:
-    return not (dt.is_uint(dtype) or dt.is_bool(dtype))
+    r = _SIGNED.get(dtype)
+    if r is None:
+        r = _SIGNED[dtype] = not (dt.is_uint(dtype) or dt.is_bool(dtype))
+    return r
 
 
 class ExprLowerer:
@@ -123,6 +129,8 @@ class ExprLowerer:
     def _pair(self, a, b, dtype: str):
         """Materialise two operands and give them one type (int width, lane count)."""
         a, b = self.materialize(a), self.materialize(b)
+        if a.type is b.type:
+            return a, b            # the common case: nothing to widen or broadcast
         if not cg.is_float_type(a.type):
             w = max(cg.int_width(a.type), cg.int_width(b.type))
             a, b = self._widen(a, w, _signed(dtype)), self._widen(b, w, _signed(dtype))

@@ -1,0 +1,170 @@
+"""Compile cost of ``kiln compile``: seconds and peak memory per model (median of ``--runs`` cold
+compiles), and how the compile-time steps scale with model size.
+
+    .venv/bin/python bench/compile_cost.py [--runs 3] [--models resnet18,mobilenet_v2,gpt2]
+    .venv/bin/python bench/compile_cost.py --scaling 8,32,128
+
+- ``compile_s``: the ``kiln compile`` steps after reading the file (import, bind, pipeline,
+  codegen and link), cold build cache, as ``onnx_models.compile_child`` times them;
+- ``peak_mb``: VmHWM of the ``kiln compile`` process (``compile_child``'s number);
+- ``tree_peak_mb``: the largest sum of resident memory over that process and its children
+  (codegen worker processes, the linker), sampled every 10 ms. RSS counts the shared pages of
+  libLLVM and numpy once per process, so this overstates the true footprint: it is the bound.
+
+``--scaling`` compiles MLPs of N layers (distinct layer shapes) and prints the Python function
+calls of every pipeline pass and of ``kiln.compile`` (deterministic counts, cProfile), and
+their ratio between the largest and smallest N: a step that grows linearly shows the ratio
+of the Ns, a quadratic one its square (tests/test_compile_scaling.py asserts it).
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "tests", "onnx_models"))
+sys.path.insert(0, HERE)
+
+MODELS = ("resnet18", "mobilenet_v2", "gpt2")
+
+
+def _tree_rss_kib(pid: int) -> int:
+    """Resident KiB of ``pid`` and all its descendants (0 for those gone meanwhile)."""
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            with open(f"/proc/{p}/status") as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1])
+                        break
+            for t in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{t}/children") as f:
+                    todo += [int(c) for c in f.read().split()]
+        except (OSError, ValueError):
+            pass
+    return total
+
+
+def compile_tree(model_path: str, lib_path: str, cache_dir: str) -> tuple:
+    """``onnx_models.compile_child`` plus the sampled peak of the process tree:
+    (seconds, peak MiB of the compile process, peak MiB of it and its children)."""
+    import re
+    from onnx_models import _CHILD
+    cmd = [sys.executable, "-c", _CHILD, "compile", model_path, "-o", lib_path, "--cache-dir", cache_dir]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    peak = [0]
+
+    def sample():
+        while proc.poll() is None:
+            peak[0] = max(peak[0], _tree_rss_kib(proc.pid))
+            time.sleep(0.01)
+    t = threading.Thread(target=sample, daemon=True)
+    t.start()
+    err = proc.communicate()[1]
+    t.join()
+    if proc.returncode != 0:
+        raise RuntimeError(f"kiln compile {model_path} failed:\n{err}")
+    steps = [float(s) for s in re.findall(r"done \(([0-9.]+) s\)", err)]
+    hwm = re.search(r"peak_kib (-?\d+)", err)
+    return sum(steps[1:]), int(hwm.group(1)) / 1024, peak[0] / 1024
+
+
+def run(names=MODELS, runs: int = 3) -> list:
+    import onnx_model_zoo as zoo
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in names:
+            path = zoo.export(name, os.path.join(tmp, f"{name}.onnx"))
+            res = [compile_tree(path, os.path.join(tmp, f"{name}.so"), os.path.join(tmp, f"cache-{name}-{k}"))
+                   for k in range(runs)]
+            rows.append({"model": name, "compile_s": statistics.median(r[0] for r in res),
+                         "peak_mb": statistics.median(r[1] for r in res),
+                         "tree_peak_mb": statistics.median(r[2] for r in res),
+                         "all_s": [round(r[0], 2) for r in res]})
+    return rows
+
+
+def _mlp(n: int, width: int = 64):
+    """An MLP of ``n`` Linear+ReLU layers whose shapes differ from layer to layer (so every
+    layer is a kernel of its own), weights bound."""
+    import kiln
+    from kiln import nn
+
+    widths = [width + 8 * (k % 5) for k in range(n + 1)]
+
+    class MLP(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = nn.ModuleList([nn.Linear(widths[k], widths[k + 1]) for k in range(n)])
+            self.relu = nn.ReLU()
+
+        def forward(self, x):
+            for layer in self.layers:
+                x = self.relu(layer(x))
+            return x
+
+    m = MLP()
+    m.load_state_dict(m.init_params(seed=0))
+    mod, _ = m.export(spec={"forward": {"x": nn.spec.Tensor((1, widths[0]), "float32")}})
+    return kiln.transform.bind_params("forward", m.state_dict())(mod)
+
+
+def step_calls(n: int, cache_dir: str) -> dict:
+    """Python function calls of each pipeline pass and of kiln.compile on ``_mlp(n)``."""
+    import cProfile
+    import pstats
+    import kiln
+    from kiln.codegen import BuildOptions
+
+    def calls(fn):
+        pr = cProfile.Profile()
+        pr.enable()
+        try:
+            out = fn()
+        finally:
+            pr.disable()
+        return out, sum(v[1] for v in pstats.Stats(pr).stats.values())
+
+    mod, out = _mlp(n), {}
+    for p in kiln.get_pipeline("default").passes:
+        mod, out[p.name] = calls(lambda: p(mod))
+    _, out["kiln.compile"] = calls(lambda: kiln.compile(mod, "llvm", options=BuildOptions(
+        cache_dir=cache_dir, jobs=1)))
+    return out
+
+
+def scaling(ns) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        step_calls(2, tmp)   # warm the caches (schedule rules, LLVM) so the first N pays nothing extra
+        res = [step_calls(n, os.path.join(tmp, str(n))) for n in ns]
+    print(f"{'step':28s}" + "".join(f"{'N=' + str(n):>11s}" for n in ns) + f"   ratio (N x{ns[-1] / ns[0]:g})")
+    for k in res[0]:
+        print(f"{k:28s}" + "".join(f"{r[k]:11d}" for r in res) + f"   {res[-1][k] / max(1, res[0][k]):.2f}")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--scaling", default=None, help="layer counts, e.g. 8,32,128")
+    args = ap.parse_args(argv)
+    if args.scaling:
+        scaling([int(n) for n in args.scaling.split(",")])
+        return
+    from onnx_models import cpu_name
+    print(f"# {cpu_name()}, {len(os.sched_getaffinity(0))} CPUs, python {sys.version.split()[0]}")
+    print(f"{'model':14s} {'compile_s':>9s} {'peak_mb':>8s} {'tree_peak_mb':>12s}  runs (s)")
+    for r in run(args.models.split(","), args.runs):
+        print(f"{r['model']:14s} {r['compile_s']:9.2f} {r['peak_mb']:8.0f} {r['tree_peak_mb']:12.0f}  {r['all_s']}")
+
+
+if __name__ == "__main__":
+    main()

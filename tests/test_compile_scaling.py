@@ -1,0 +1,129 @@
+"""Compile cost, asserted on deterministic counts (never on time):
+
+- no compile-time step grows worse than linearly in the model size: each pass of the default
+  pipeline and ``kiln.compile`` make about 4x the Python function calls (cProfile counts) for
+  an MLP of 4x the layers, and codegen about 4x for 4x the kernels, where a quadratic step
+  would make 16x;
+- the weights are not copied on the way to the library: ``kiln.compile`` allocates (tracemalloc
+  peak) far less than the weights it writes, and the pipeline about one packed copy of them.
+
+``bench/compile_cost.py --scaling`` prints the same counts for larger models.
+"""
+from __future__ import annotations
+
+import cProfile
+import pstats
+import tracemalloc
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln import nn, te
+from kiln.codegen import BuildOptions, build_library
+from kiln.ir import IRModule
+
+
+def _mlp(n: int, widths=None):
+    """``n`` Linear+ReLU layers of ``widths`` (default: all 64 wide), weights bound."""
+    widths = widths or [64] * (n + 1)
+
+    class MLP(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = nn.ModuleList([nn.Linear(widths[k], widths[k + 1]) for k in range(n)])
+            self.relu = nn.ReLU()
+
+        def forward(self, x):
+            for layer in self.layers:
+                x = self.relu(layer(x))
+            return x
+
+    m = MLP()
+    m.load_state_dict(m.init_params(seed=0))
+    mod, _ = m.export(spec={"forward": {"x": nn.spec.Tensor((1, widths[0]), "float32")}})
+    return kiln.transform.bind_params("forward", m.state_dict())(mod)
+
+
+def _kernels(k: int) -> IRModule:
+    """``k`` tensor programs of the same size that differ in a constant (none is merged)."""
+    funcs = {}
+    for j in range(k):
+        a, c = te.placeholder((256,), "float32", name="a"), float(j + 2)
+        funcs[f"scale{j}"] = te.create_prim_func([a, te.compute((256,), lambda i: a[i] * c + 1.0, name="b")])
+    return kiln.get_pipeline("zero")(IRModule(funcs))
+
+
+def _calls(fn):
+    pr = cProfile.Profile()
+    pr.enable()
+    try:
+        out = fn()
+    finally:
+        pr.disable()
+    return out, sum(v[1] for v in pstats.Stats(pr).stats.values())
+
+
+def _graph_step_calls(n: int, cache_dir: str) -> dict:
+    mod, out = _mlp(n), {}
+    for p in kiln.get_pipeline("default").passes:
+        mod, out[p.name] = _calls(lambda: p(mod))
+    _, out["kiln.compile"] = _calls(lambda: kiln.compile(mod, "llvm", options=BuildOptions(
+        cache_dir=cache_dir, jobs=1)))
+    return out
+
+
+def _assert_linear(small: dict, big: dict, factor: int, what: str) -> None:
+    assert small.keys() == big.keys()
+    for step, calls in small.items():
+        # factor x the model: linear is about factor x (less with fixed costs); quadratic would
+        # be factor**2 x. The margin covers what varies with shapes, not a worse exponent.
+        assert big[step] <= 1.5 * factor * calls, (
+            f"{step}: {calls} calls for the small {what}, {big[step]} for {factor}x of it "
+            f"({big[step] / calls:.1f}x)")
+
+
+def test_graph_steps_grow_linearly_with_the_layers(tmp_path):
+    _graph_step_calls(2, str(tmp_path / "warm"))   # caches (schedule rules, LLVM) warm first
+    _assert_linear(_graph_step_calls(4, str(tmp_path / "a")), _graph_step_calls(16, str(tmp_path / "b")),
+                   4, "MLP (4 layers)")
+
+
+def test_codegen_grows_linearly_with_the_kernels(tmp_path):
+    def calls(k):
+        mod = _kernels(k)
+        path, n = _calls(lambda: build_library(mod, "llvm", BuildOptions(
+            cache_dir=str(tmp_path / str(k)), jobs=1), lower=True))
+        return {"build_library": n}
+    calls(2)
+    _assert_linear(calls(4), calls(16), 4, "module (4 kernels)")
+
+
+@pytest.fixture
+def traced():
+    tracemalloc.start()
+    try:
+        yield
+    finally:
+        tracemalloc.stop()
+
+
+def _peak_during(fn):
+    tracemalloc.reset_peak()
+    before = tracemalloc.get_traced_memory()[0]
+    out = fn()
+    return out, tracemalloc.get_traced_memory()[1] - before
+
+
+def test_weights_are_not_copied_on_the_way_to_the_library(tmp_path, traced):
+    mod = _mlp(2, widths=[2048, 2048, 256])          # 18 MiB of weights; two small kernels
+    weights = (2048 * 2048 + 2048 * 256 + 2048 + 256) * 4
+    pipeline = kiln.get_pipeline("default")
+    mod, pipeline_peak = _peak_during(lambda: pipeline(mod))
+    # Packing makes one new copy of each weight (the originals are dropped with the old module).
+    assert pipeline_peak < 1.3 * weights, f"pipeline: {pipeline_peak / weights:.2f}x the weights"
+    ex, compile_peak = _peak_during(lambda: kiln.compile(mod, "llvm", options=BuildOptions(
+        cache_dir=str(tmp_path), jobs=1)))
+    assert ex.stats.constant_bytes >= weights
+    # The blob streams from the constants' own memory into the object file: no copy of them.
+    assert compile_peak < 0.25 * weights, f"kiln.compile: {compile_peak / weights:.2f}x the weights"
