@@ -65,7 +65,7 @@ from . import conv_blocked
 from .graph_util import graph_functions, is_op_call, rewrite_function, vars_in
 from .infra import Pass, PassContext, context
 
-# A blocked region with fewer convolutions (regular or depthwise) is left in NCHW.
+# A blocked region with fewer convolutions (regular, depthwise or Winograd) is left in NCHW.
 MIN_CONVS = 2
 # Elementwise / broadcast operators whose result does not depend on where the channel axis is
 # (their attributes name no axis or shape).
@@ -98,7 +98,8 @@ class _Node:
     """A binding that may run channel-blocked: its kind, the block of its blocked result."""
     var: GraphVar
     call: Call
-    kind: str                    # "conv", "depthwise", "pool", "reduce" or "elementwise"
+    kind: str                    # "conv", "depthwise", "pool", "reduce", "elementwise",
+    #                              "batch_norm", "winograd_input" or "winograd_output"
     block: int
     inputs: List[GraphVar] = field(default_factory=list)   # var arguments that arrive blocked
     demanded: bool = False       # a blocked consumer reads its result
@@ -315,7 +316,9 @@ def _demand(nodes: Dict[GraphVar, _Node]) -> None:
 def _settle(nodes: Dict[GraphVar, _Node]) -> Dict[GraphVar, _Node]:
     """Forward: the nodes that run blocked, given that a conv whose result no blocked consumer
     wants writes NCHW (and so its elementwise consumers run NCHW unless another operand is
-    blocked). A conv kept here may read blocked and write NCHW."""
+    blocked). A conv kept here may read blocked and write NCHW. An elementwise node whose
+    result no blocked consumer wants runs blocked only when all its run-time operands are
+    (else it runs NCHW: the blocked ones are transformed back, which they must be anyway)."""
     out: Dict[GraphVar, _Node] = {}
     stored: Set[GraphVar] = set()        # values held blocked
     for v, n in nodes.items():
@@ -328,6 +331,9 @@ def _settle(nodes: Dict[GraphVar, _Node]) -> Dict[GraphVar, _Node]:
             continue
         if not n.inputs:
             continue                     # no blocked input after all: stays NCHW
+        if n.kind == "elementwise" and not n.demanded and any(
+                isinstance(a, GraphVar) and a not in stored for a in n.call.args):
+            continue     # it would re-lay out an NCHW operand for a result wanted in NCHW
         out[v] = n
         if n.kind not in _SINKS:
             stored.add(v)
