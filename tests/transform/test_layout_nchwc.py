@@ -163,6 +163,17 @@ def test_conv_whose_output_feeds_no_blocked_op_writes_nchw():
     _check(mod)
 
 
+def test_region_entry_through_a_small_1x1_conv_reads_nhwc():
+    """The first conv of a region reads NCHW; a 1x1 one on a 7 x 7 image through the NHWC copy
+    (``conv_blocked.pixel_major``), over flat pixels; the next reads its blocked output."""
+    n = Net((2, 24, 7, 7))
+    mod = n.module(n.conv(n.conv(n.x, 32), 16, k=3, act=None))
+    out = _check(mod)
+    sched = _schedules(out)
+    assert any("input nhwc" in d and "flat" in d for d in sched.values()), sched
+    assert sum(d.startswith("conv nchwc") for d in sched.values()) == 2, sched
+
+
 def test_channels_not_a_multiple_of_the_block_fall_back_to_nchw():
     """16 -> 12 channels has no block: the region ends before that conv (transform to NCHW),
     and the next one starts again from NCHW."""
