@@ -15,20 +15,23 @@
 
 Link: ``cc app.c mlp.a libkiln_runtime.a -lm -lpthread`` (plus ``-ldl`` on glibc < 2.34).
 
-Everything is done in LLVM: the optimized kernel module is renamed and internalized, the blob
-and the entry point are linked in as a second LLVM module, and one object is emitted, archived
-in Python (no binutils needed).
+Everything is done in LLVM and Python (no binutils needed): the optimized kernel module is
+renamed and internalized, the entry point is linked in as a second LLVM module, and one object
+is emitted. For ELF targets the blob is a second archive member written directly, streaming the
+constants from their arrays (``kiln.executable.blob_object``); elsewhere it is linked into the
+LLVM module as an initializer. The archive is written in Python too.
 """
 from __future__ import annotations
 
 import os
 import re
 import struct
-from typing import Dict, Union
+from typing import Dict, Optional, Union
 
 import numpy as np
 
-from .executable import BLOB_SIZE_SYMBOL, BLOB_SYMBOL
+from .blob_object import elf_machine, write_elf_object
+from .format import layout, serialize, write_pieces
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
@@ -40,21 +43,29 @@ def symbol_names(name: str) -> Dict[str, str]:
             "create": p + "create"}
 
 
-def _glue_ir(blob: bytes, syms: Dict[str, str], triple: str, data_layout: str) -> str:
-    """LLVM IR text: the blob, its size and the entry point calling kiln_module_from_static.
-    The blob initializer is written as text (every byte as \\XX) for speed, as blob_object."""
-    raw = np.frombuffer(blob, dtype=np.uint8)
-    hexd = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)
-    text = np.empty((raw.size, 3), dtype=np.uint8)
-    text[:, 0], text[:, 1], text[:, 2] = ord("\\"), hexd[raw >> 4], hexd[raw & 15]
-    init = text.tobytes().decode("ascii")
-    n = len(blob)
+def _glue_ir(blob: Optional[bytes], size: int, syms: Dict[str, str], triple: str,
+             data_layout: str) -> str:
+    """LLVM IR text: the entry point calling kiln_module_from_static and, when ``blob`` is
+    given, the blob and its size (else they are declared: another object defines them). The
+    blob initializer is written as text (every byte as \\XX) for speed, as
+    ``blob_object.llvm_blob_object``."""
+    n = size
+    if blob is None:
+        data = f"""@{syms['blob']} = external constant i8
+@{syms['blob_size']} = external constant i64"""
+    else:
+        raw = np.frombuffer(blob, dtype=np.uint8)
+        hexd = np.frombuffer(b"0123456789ABCDEF", dtype=np.uint8)
+        text = np.empty((raw.size, 3), dtype=np.uint8)
+        text[:, 0], text[:, 1], text[:, 2] = ord("\\"), hexd[raw >> 4], hexd[raw & 15]
+        init = text.tobytes().decode("ascii")
+        data = f"""@{syms['blob']} = constant [{n} x i8] c"{init}", align 64
+@{syms['blob_size']} = constant i64 {n}, align 8"""
     return f"""target triple = "{triple}"
 target datalayout = "{data_layout}"
 
 @{syms['info']} = external constant i8
-@{syms['blob']} = constant [{n} x i8] c"{init}", align 64
-@{syms['blob_size']} = constant i64 {n}, align 8
+{data}
 
 declare i32 @kiln_module_from_static(ptr, ptr, i64, ptr)
 
@@ -112,21 +123,42 @@ kiln_status_t {syms['create']}(kiln_module_t** out_module);
 """
 
 
-def _ar_archive(obj: bytes, symbols) -> bytes:
-    """A System V / GNU ``ar`` archive of one member, ``kiln_model.o``, with the symbol index
-    ("/" member: big-endian count, member offsets, NUL-terminated names) that linkers need.
-    Written here rather than by running ``ar`` so the export needs no binutils and is
-    byte-for-byte reproducible (dates 0)."""
-    def member(name: str, data: bytes) -> bytes:
-        hdr = f"{name:<16}{0:<12}{0:<6}{0:<6}{'100644':<8}{len(data):<10}`\n".encode()
+def _write_ar(f, members) -> None:
+    """Write a System V / GNU ``ar`` archive into file ``f``: ``members`` are ``(name, size,
+    write_data, symbols)`` (``write_data(write)`` writes the member's ``size`` bytes), and the
+    symbol index ("/" member: big-endian count, member offsets, NUL-terminated names) that
+    linkers need maps each symbol to its member. Written here rather than by running ``ar`` so
+    the export needs no binutils and is byte-for-byte reproducible (dates 0)."""
+    def header(name: str, size: int) -> bytes:
+        hdr = f"{name:<16}{0:<12}{0:<6}{0:<6}{'100644':<8}{size:<10}`\n".encode()
         assert len(hdr) == 60
-        return hdr + data + (b"\n" if len(data) % 2 else b"")
+        return hdr
 
-    names = b"".join(s.encode() + b"\0" for s in symbols)
+    symbols = [(sym, k) for k, m in enumerate(members) for sym in m[3]]
+    names = b"".join(sym.encode() + b"\0" for sym, _ in symbols)
     index_size = 4 + 4 * len(symbols) + len(names)
-    obj_offset = 8 + 60 + index_size + index_size % 2
-    index = struct.pack(f">{1 + len(symbols)}I", len(symbols), *[obj_offset] * len(symbols)) + names
-    return b"!<arch>\n" + member("/", index) + member("kiln_model.o/", obj)
+    offsets, pos = [], 8 + 60 + index_size + index_size % 2
+    for _, size, _, _ in members:
+        offsets.append(pos)
+        pos += 60 + size + size % 2
+    f.write(b"!<arch>\n" + header("/", index_size))
+    f.write(struct.pack(f">{1 + len(symbols)}I", len(symbols), *[offsets[k] for _, k in symbols]) + names)
+    f.write(b"\n" if index_size % 2 else b"")
+    for name, size, write_data, _ in members:
+        f.write(header(name, size))
+        written = write_data(f.write)
+        assert written == size, (name, written, size)
+        f.write(b"\n" if size % 2 else b"")
+
+
+def _counted(write_data) -> int:
+    """How many bytes ``write_data(write)`` writes (nothing is kept)."""
+    n = [0]
+
+    def count(data):
+        n[0] += len(data) if not isinstance(data, memoryview) else data.nbytes
+    write_data(count)
+    return n[0]
 
 
 def export_static(ex, directory: Union[str, os.PathLike], name: str = "model",
@@ -156,17 +188,34 @@ def export_static(ex, directory: Union[str, os.PathLike], name: str = "model",
         if (not v.is_declaration and v.name != syms["info"] and not v.name.startswith("llvm.")
                 and v.linkage not in (llvm.Linkage.internal, llvm.Linkage.private)):
             v.linkage = "internal"
-    glue = llvm.parse_assembly(_glue_ir(ex.blob, syms, llmod.triple, str(llmod.data_layout)))
+    machine = elf_machine(target.triple)
+    size, pieces = layout(ex.spec)   # the blob in pieces, constants as views
+    glue = llvm.parse_assembly(_glue_ir(serialize(ex.spec) if machine is None else None, size, syms,
+                                        llmod.triple, str(llmod.data_layout)))
     glue.verify()
     llmod.link_in(glue)
     llmod.verify()
     obj = bytes(tm.emit_object(llmod))
 
+    def write_obj(write):
+        write(obj)
+        return len(obj)
+    members = [("kiln_model.o/", len(obj), write_obj, sorted([syms["info"], syms["create"]]))]
+    if machine is not None:
+        def write_blob(write):
+            return write_elf_object(write, machine, size, lambda w: write_pieces(size, pieces, w),
+                                    syms["blob"], syms["blob_size"])
+        members.append(("kiln_blob.o/", _counted(write_blob), write_blob,
+                        sorted([syms["blob"], syms["blob_size"]])))
+    else:
+        members[0][3].extend([syms["blob"], syms["blob_size"]])
+        members[0][3].sort()
+
     directory = os.fspath(directory)
     os.makedirs(directory, exist_ok=True)
     archive, header = os.path.join(directory, f"{name}.a"), os.path.join(directory, f"{name}.h")
     with open(archive, "wb") as f:
-        f.write(_ar_archive(obj, sorted(syms.values())))
+        _write_ar(f, members)
     with open(header, "w") as f:
         f.write(_header(ex, name, syms))
     return {"archive": archive, "header": header}
