@@ -5,16 +5,20 @@ compiles), and how the compile-time steps scale with model size.
     .venv/bin/python bench/compile_cost.py --scaling 8,32,128
 
 - ``compile_s``: the ``kiln compile`` steps after reading the file (import, bind, pipeline,
-  codegen and link), cold build cache, as ``onnx_models.compile_child`` times them;
-- ``peak_mb``: VmHWM of the ``kiln compile`` process (``compile_child``'s number);
-- ``tree_peak_mb``: the largest sum of resident memory over that process and its children
-  (codegen worker processes, the linker), sampled every 10 ms. RSS counts the shared pages of
-  libLLVM and numpy once per process, so this overstates the true footprint: it is the bound.
+  codegen and link), cold build cache, as ``onnx_models.compile_child`` times them (median);
+- ``peak_mb``: VmHWM of the ``kiln compile`` process (``compile_child``'s number, median);
+- ``tree_rss_mb`` / ``tree_pss_mb``: the largest sum of resident memory over that process and
+  its children (codegen worker processes, the linker), sampled every 10 ms. RSS counts the
+  shared pages (libLLVM, numpy, Python) once per process, so it overstates the footprint; PSS
+  splits each shared page between the processes that map it, so it adds up to the memory the
+  compile really holds. From one more compile, sampled every 20 ms (sampling costs CPU, so
+  that run is not timed).
 
-``--scaling`` compiles MLPs of N layers (distinct layer shapes) and prints the Python function
-calls of every pipeline pass and of ``kiln.compile`` (deterministic counts, cProfile), and
-their ratio between the largest and smallest N: a step that grows linearly shows the ratio
-of the Ns, a quadratic one its square (tests/test_compile_scaling.py asserts it).
+``--scaling`` compiles MLPs of N layers and prints the Python function calls of every pipeline
+pass and of ``kiln.compile`` (deterministic counts, cProfile), then of ``build_library`` on
+modules of N distinct kernels of one size, with the ratio between the largest and smallest N:
+a step that grows linearly shows the ratio of the Ns, a quadratic one its square
+(tests/test_compile_scaling.py asserts it).
 """
 from __future__ import annotations
 
@@ -34,38 +38,41 @@ sys.path.insert(0, HERE)
 MODELS = ("resnet18", "mobilenet_v2", "gpt2")
 
 
-def _tree_rss_kib(pid: int) -> int:
-    """Resident KiB of ``pid`` and all its descendants (0 for those gone meanwhile)."""
-    total, todo = 0, [pid]
+def _tree_kib(pid: int) -> tuple:
+    """(RSS, PSS) KiB of ``pid`` and all its descendants (0 for those gone meanwhile)."""
+    rss = pss = 0
+    todo = [pid]
     while todo:
         p = todo.pop()
         try:
-            with open(f"/proc/{p}/status") as f:
+            with open(f"/proc/{p}/smaps_rollup") as f:
                 for line in f:
-                    if line.startswith("VmRSS:"):
-                        total += int(line.split()[1])
-                        break
+                    if line.startswith("Rss:"):
+                        rss += int(line.split()[1])
+                    elif line.startswith("Pss:"):
+                        pss += int(line.split()[1])
             for t in os.listdir(f"/proc/{p}/task"):
                 with open(f"/proc/{p}/task/{t}/children") as f:
                     todo += [int(c) for c in f.read().split()]
         except (OSError, ValueError):
             pass
-    return total
+    return rss, pss
 
 
 def compile_tree(model_path: str, lib_path: str, cache_dir: str) -> tuple:
-    """``onnx_models.compile_child`` plus the sampled peak of the process tree:
-    (seconds, peak MiB of the compile process, peak MiB of it and its children)."""
+    """``onnx_models.compile_child`` plus the sampled peaks of the process tree: (seconds, peak
+    MiB of the compile process, peak RSS and peak PSS MiB of it and its children)."""
     import re
     from onnx_models import _CHILD
     cmd = [sys.executable, "-c", _CHILD, "compile", model_path, "-o", lib_path, "--cache-dir", cache_dir]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    peak = [0]
+    peak = [0, 0]
 
     def sample():
         while proc.poll() is None:
-            peak[0] = max(peak[0], _tree_rss_kib(proc.pid))
-            time.sleep(0.01)
+            rss, pss = _tree_kib(proc.pid)
+            peak[0], peak[1] = max(peak[0], rss), max(peak[1], pss)
+            time.sleep(0.02)
     t = threading.Thread(target=sample, daemon=True)
     t.start()
     err = proc.communicate()[1]
@@ -74,27 +81,29 @@ def compile_tree(model_path: str, lib_path: str, cache_dir: str) -> tuple:
         raise RuntimeError(f"kiln compile {model_path} failed:\n{err}")
     steps = [float(s) for s in re.findall(r"done \(([0-9.]+) s\)", err)]
     hwm = re.search(r"peak_kib (-?\d+)", err)
-    return sum(steps[1:]), int(hwm.group(1)) / 1024, peak[0] / 1024
+    return sum(steps[1:]), int(hwm.group(1)) / 1024, peak[0] / 1024, peak[1] / 1024
 
 
 def run(names=MODELS, runs: int = 3) -> list:
     import onnx_model_zoo as zoo
+    from onnx_models import compile_child
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
             path = zoo.export(name, os.path.join(tmp, f"{name}.onnx"))
-            res = [compile_tree(path, os.path.join(tmp, f"{name}.so"), os.path.join(tmp, f"cache-{name}-{k}"))
-                   for k in range(runs)]
+            lib = os.path.join(tmp, f"{name}.so")
+            res = [compile_child(path, lib, os.path.join(tmp, f"cache-{name}-{k}")) for k in range(runs)]
+            tree = compile_tree(path, lib, os.path.join(tmp, f"cache-{name}-tree"))
             rows.append({"model": name, "compile_s": statistics.median(r[0] for r in res),
                          "peak_mb": statistics.median(r[1] for r in res),
-                         "tree_peak_mb": statistics.median(r[2] for r in res),
+                         "tree_rss_mb": tree[2], "tree_pss_mb": tree[3],
                          "all_s": [round(r[0], 2) for r in res]})
     return rows
 
 
 def _mlp(n: int, width: int = 64):
-    """An MLP of ``n`` Linear+ReLU layers whose shapes differ from layer to layer (so every
-    layer is a kernel of its own), weights bound."""
+    """An MLP of ``n`` Linear+ReLU layers, widths cycling through five values (so at most a
+    handful of distinct kernels: identical ones are compiled once), weights bound."""
     import kiln
     from kiln import nn
 
@@ -141,10 +150,32 @@ def step_calls(n: int, cache_dir: str) -> dict:
     return out
 
 
+def kernel_calls(k: int, cache_dir: str) -> dict:
+    """Python function calls of build_library on ``k`` distinct kernels of the same size."""
+    import cProfile
+    import pstats
+    import kiln
+    from kiln import te
+    from kiln.codegen import BuildOptions, build_library
+    from kiln.ir import IRModule
+    funcs = {}
+    for j in range(k):
+        a, c = te.placeholder((256,), "float32", name="a"), float(j + 2)
+        funcs[f"scale{j}"] = te.create_prim_func([a, te.compute((256,), lambda i: a[i] * c + 1.0, name="b")])
+    mod = kiln.get_pipeline("zero")(IRModule(funcs))
+    pr = cProfile.Profile()
+    pr.enable()
+    build_library(mod, "llvm", BuildOptions(cache_dir=cache_dir, jobs=1), lower=True)
+    pr.disable()
+    return {"build_library (N kernels)": sum(v[1] for v in pstats.Stats(pr).stats.values())}
+
+
 def scaling(ns) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         step_calls(2, tmp)   # warm the caches (schedule rules, LLVM) so the first N pays nothing extra
-        res = [step_calls(n, os.path.join(tmp, str(n))) for n in ns]
+        kernel_calls(2, os.path.join(tmp, "k"))
+        res = [{**step_calls(n, os.path.join(tmp, str(n))), **kernel_calls(n, os.path.join(tmp, f"k{n}"))}
+               for n in ns]
     print(f"{'step':28s}" + "".join(f"{'N=' + str(n):>11s}" for n in ns) + f"   ratio (N x{ns[-1] / ns[0]:g})")
     for k in res[0]:
         print(f"{k:28s}" + "".join(f"{r[k]:11d}" for r in res) + f"   {res[-1][k] / max(1, res[0][k]):.2f}")
@@ -161,9 +192,10 @@ def main(argv=None):
         return
     from onnx_models import cpu_name
     print(f"# {cpu_name()}, {len(os.sched_getaffinity(0))} CPUs, python {sys.version.split()[0]}")
-    print(f"{'model':14s} {'compile_s':>9s} {'peak_mb':>8s} {'tree_peak_mb':>12s}  runs (s)")
+    print(f"{'model':14s} {'compile_s':>9s} {'peak_mb':>8s} {'tree_rss_mb':>11s} {'tree_pss_mb':>11s}  runs (s)")
     for r in run(args.models.split(","), args.runs):
-        print(f"{r['model']:14s} {r['compile_s']:9.2f} {r['peak_mb']:8.0f} {r['tree_peak_mb']:12.0f}  {r['all_s']}")
+        print(f"{r['model']:14s} {r['compile_s']:9.2f} {r['peak_mb']:8.0f} {r['tree_rss_mb']:11.0f} "
+              f"{r['tree_pss_mb']:11.0f}  {r['all_s']}")
 
 
 if __name__ == "__main__":
