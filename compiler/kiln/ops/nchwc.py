@@ -33,7 +33,7 @@ from .. import te
 from ..ir.expr import Cast
 from ..ir.graph import TensorType
 from .common import (FLOAT_DTYPES, check_dtype, const_dim, error, get_attrs, literal, out_type, shape_str, tensor_args)
-from .conv_nchwc import BLOCK_NAME, conv2d_nchwc as _conv_te, nchw_shape
+from .conv_nchwc import conv2d_nchwc as _conv_te, nchw_shape
 from .nn import (_conv_attrs, _out_dim, _pool_attrs, _ref_avg_pool, _ref_conv, _ref_max_pool,
                  _window, _window_count)
 from .registry import register
@@ -350,7 +350,3 @@ register("avg_pool2d_nchwc", infer=_infer_pool("avg_pool2d_nchwc", {"count_inclu
          doc="avg_pool2d_nchwc(x, pool_size, strides=None, padding=(0, 0, 0, 0), "
              "dilation=(1, 1), ceil_mode=False, count_include_pad=False): avg_pool2d of an "
              "NCHW[b]c input (same attributes), NCHW[b]c output.")
-
-__all__ = ["BLOCK_NAME", "DEPTHWISE_BLOCK", "parse_layout", "layout_name", "to_blocked",
-           "from_blocked", "pack_conv_weight", "unpack_conv_weight", "pack_depthwise_weight",
-           "conv2d_nchwc_compute"]

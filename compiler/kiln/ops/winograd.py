@@ -338,13 +338,11 @@ def _output_geometry(op, mt, attrs):
 
 def _out_block(op, layout, channels):
     """The channel block of ``layout`` ("NCHW": None, "NCHW16c": 16), dividing ``channels``."""
-    if layout == "NCHW":
-        return None
-    block = int(layout[4:-1]) if isinstance(layout, str) and layout.startswith("NCHW") \
-        and layout.endswith("c") and layout[4:-1].isdigit() else 0
-    if block < 1 or channels % block:
-        raise error(op, f"layout={layout!r} is not 'NCHW' or 'NCHW<b>c' with b dividing "
-                        f"{channels} channels")
+    from .nchwc import parse_layout
+    block = parse_layout(op, layout)
+    if block is not None and channels % block:
+        raise error(op, f"layout={layout!r}: {channels} channels do not split into blocks of "
+                        f"{block}")
     return block
 
 
