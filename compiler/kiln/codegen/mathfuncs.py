@@ -51,14 +51,17 @@ def _is_f64(x) -> bool:
 
 
 def exp(b: ir.IRBuilder, x):
-    """e**x for float32/float64 scalars or vectors (inf, -inf, NaN and denormal results exact)."""
+    """e**x for float32/float64 scalars or vectors (inf, -inf and NaN exact). A result below
+    the smallest normal number is 0 (as under flush-to-zero): computing a denormal result
+    costs a microcode assist per lane on Intel cores (~100 cycles), which made a masked
+    softmax (exp of -1e4) 3.3x slower; no arithmetic here ever makes a denormal."""
     f64 = _is_f64(x)
     ity = _int_like(x)
     if f64:
-        lo, hi, magic, bias, mbits = -746.0, 710.0, 6755399441055744.0, 1023, 52
+        lo, hi, magic, bias, mbits = -708.3964185322641, 710.0, 6755399441055744.0, 1023, 52
         c1, c2 = 6.93147180369123816490e-01, 1.90821492927058770002e-10
     else:
-        lo, hi, magic, bias, mbits = -104.0, 89.0, 12582912.0, 127, 23
+        lo, hi, magic, bias, mbits = -87.33654475, 89.0, 12582912.0, 127, 23
         c1, c2 = 0.693359375, -2.12194440e-4
     xc = _clamp(b, x, lo, hi)
     # n = round(x / ln2) by the 1.5 * 2^mantissa trick: the sum's low bits are n itself, which
@@ -81,6 +84,7 @@ def exp(b: ir.IRBuilder, x):
     s1 = b.bitcast(b.shl(b.add(n1, cg.const(ity, bias)), cg.const(ity, mbits)), x.type)
     s2 = b.bitcast(b.shl(b.add(n2, cg.const(ity, bias)), cg.const(ity, mbits)), x.type)
     res = b.fmul(b.fmul(y, s1), s2)
+    res = b.select(b.fcmp_ordered("<", x, cg.const_like(x, lo)), cg.const_like(x, 0.0), res)
     return b.select(b.fcmp_unordered("uno", x, x), x, res)
 
 
