@@ -1,7 +1,7 @@
 """Compile cost of ``kiln compile``: seconds and peak memory per model (median of ``--runs`` cold
 compiles), and how the compile-time steps scale with model size.
 
-    .venv/bin/python bench/compile_cost.py [--runs 3] [--models resnet18,mobilenet_v2,gpt2]
+    .venv/bin/python bench/compile_cost.py [--runs 3] [--models resnet18,mobilenet_v2,gpt2] [--cpus 1]
     .venv/bin/python bench/compile_cost.py --scaling 8,32,128
 
 - ``compile_s``: the ``kiln compile`` steps after reading the file (import, bind, pipeline,
@@ -186,7 +186,11 @@ def main(argv=None):
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--scaling", default=None, help="layer counts, e.g. 8,32,128")
+    ap.add_argument("--cpus", type=int, default=0,
+                    help="run the compiles on this many CPUs only (1: no parallel codegen)")
     args = ap.parse_args(argv)
+    if args.cpus:
+        os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:args.cpus])   # children inherit it
     if args.scaling:
         scaling([int(n) for n in args.scaling.split(",")])
         return
