@@ -378,6 +378,13 @@ KILN_API kiln_status_t kiln_unregister_function(const char* name);
 
 /* ---------------------------------------------------------------------------------------------
  * Thread pool
+ *
+ * A kernel's parallel loop runs on the calling thread plus kiln_get_num_threads() - 1 worker
+ * threads of one process-wide pool. One loop at a time uses the pool (concurrent callers
+ * queue); a loop launched from inside a task runs serially on that task's thread. After a loop,
+ * idle workers spin for up to 50 us, so that the next loop of the same inference starts without
+ * a wake-up, then block: an idle process uses no CPU. They do not spin at all when the pool has
+ * more threads than the machine has cores.
  * ------------------------------------------------------------------------------------------- */
 
 /* Sets how many threads (the caller included) run a kernel's parallel loops; 0 restores the

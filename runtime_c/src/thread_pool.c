@@ -2,13 +2,42 @@
  *
  * N threads run a loop: the launching thread plus N-1 workers started at the first parallel
  * loop that needs them. Tasks are handed out through an atomic counter, so uneven tasks balance.
- * Idle workers sleep on a condition variable (no spinning). A woken worker *joins* the loop only
- * while it is still open; the launcher closes it once every task has been claimed and then waits
- * just for the workers that joined. So a loop never waits for a slow wake-up that has nothing
- * left to do, and a small loop costs little more than running it serially.
- * One loop runs at a time; a launch from inside a task runs its tasks serially on that thread
- * (no nested parallelism). The pool is the runtime's only global state, statically initialised,
- * so creating it needs no synchronisation beyond its own mutexes. */
+ * One loop runs on the pool at a time (launch_mu); a loop of one task, a pool of one thread and
+ * a launch from inside a task run serially on the calling thread (no nested parallelism).
+ *
+ * Protocol: spin, then block. A model runs dozens of parallel loops per inference with little
+ * serial work between them; a worker that blocked after every loop would make every loop pay a
+ * wake-up (tens of us through the kernel, more than many loops' work). So:
+ *   - Publishing a loop: the launcher writes the loop (fn, closure, num_tasks, counters), opens
+ *     it (`join` = LOOP_OPEN), bumps the atomic `generation`, and only then reads `sleepers`:
+ *     when some worker is blocked on the condition variable `wake` it takes the mutex and
+ *     signals as many as the loop has tasks besides its own; when every worker is spinning it
+ *     takes no lock and makes no system call.
+ *   - Waiting for a loop: after a loop a worker spins on `generation` (with a pause
+ *     instruction) for a bounded time, KILN_SPIN_NS, then counts itself in `sleepers` and
+ *     blocks on `wake`. So an idle process uses no CPU, and a spinning worker gives its core
+ *     back after the budget when other threads of this process or others need it. When the pool
+ *     alone has more threads than there are cores, workers do not spin at all (spin_ns = 0).
+ *     `sleepers` and `generation` are a Dekker pair (each side writes its own, then reads the
+ *     other's, all sequentially consistent), so either the launcher sees the sleeper and
+ *     signals it under the mutex, or the worker sees the new generation before it waits: no
+ *     wake-up is lost.
+ *   - Joining: a worker that sees a new generation joins the loop only while it is open (a CAS
+ *     on `join`: the LOOP_OPEN bit plus the count of joined workers) and, as far as it can
+ *     tell, still has unclaimed tasks. The launcher runs tasks too, and once every task is
+ *     claimed it closes the loop (clears LOOP_OPEN) and waits only for the workers that
+ *     joined: spinning on `join` for the same budget, then blocking on `done`
+ *     (`launcher_waiting` is the Dekker pair of the count; the last worker to leave a closed
+ *     loop signals it). So a loop never waits for a worker that is asleep or slow to notice,
+ *     and a small loop costs little more than running it serially.
+ *   - Stopping (a resize): `stop` is set, the generation bumped and `wake` broadcast; workers
+ *     check `stop` whenever they see a new generation.
+ * The loop's fields are written only while the loop is closed with no worker in it, and a worker
+ * relies on them only after its CAS joined: that CAS (acquire) reads the launcher's opening
+ * store (release) or a later join in its release sequence, so it sees this loop's fields; a
+ * worker's leaving decrement releases its tasks' writes to the launcher.
+ * The pool is the runtime's only global state, statically initialised, so creating it needs no
+ * synchronisation beyond its own mutexes. */
 #define _POSIX_C_SOURCE 200809L
 #include "internal.h"
 
@@ -51,31 +80,91 @@ void kiln_thread_pool_kernel_ctx(kiln_kernel_ctx_t* ctx) {
 
 #include <pthread.h>
 
+/* Tells the core this thread is spin-waiting: frees the sibling hyperthread's resources and,
+ * on x86, avoids the memory-order mis-speculation flush when the awaited store arrives. */
+#if defined(__x86_64__) || defined(__i386__)
+#define KILN_CPU_PAUSE() __builtin_ia32_pause()
+#elif defined(__aarch64__)
+#define KILN_CPU_PAUSE() __asm__ __volatile__("yield" ::: "memory")
+#else
+#define KILN_CPU_PAUSE() ((void)0)
+#endif
+
+/* How long an idle worker spins before it blocks, and a launcher before it blocks waiting for
+ * joined workers: 50 us. Blocking costs tens of us: `make -C runtime_c bench` (2-vCPU VM)
+ * measures ~14 us for the launcher to wake a sleeping worker (a futex wake, in a VM an
+ * inter-processor interrupt) and ~40 us until that worker takes part in the loop, against
+ * ~0.6 us when it was spinning. Spinning about as long as a block costs is the classic
+ * spin-then-block rule: what it pays, spinning plus blocking, is never more than twice what an
+ * oracle that knew when the next loop comes would pay. It also covers the gaps between one
+ * inference's loops (a few serial kernels and the VM's dispatch: usually well under 50 us), so
+ * those loops pay no wake-up. Much longer (OpenMP runtimes spin for milliseconds) would hold
+ * cores that another pool in the same process, or another process, needs when there are more
+ * threads than cores. */
+#define KILN_SPIN_NS 50000u
+/* The clock is read once every this many pauses (a pause is 10-150 cycles; a clock read via the
+ * vDSO ~20 ns), so reading it costs little and the budget is not overrun by much. */
+#define KILN_SPIN_CLOCK_EVERY 64u
+
 typedef struct {
-  pthread_mutex_t launch_mu; /* held for a whole launch or resize: one loop at a time */
-  pthread_mutex_t mu;        /* guards the fields below */
-  pthread_cond_t wake;       /* workers wait here for a new generation or stop */
-  pthread_cond_t done;       /* the launcher waits here for the joined workers to leave */
-  pthread_t* workers;
-  int32_t num_workers;
-  int stop;
-  uint64_t generation;       /* bumped once per loop */
-  uint64_t start_generation; /* the generation new workers start from */
-  int open;                  /* the current loop still accepts workers */
-  int32_t active;            /* workers that joined the current loop and are still in it */
-  /* The current loop: written before the generation is bumped, read only by the launcher and
-   * joined workers, and not rewritten until the loop is closed and no worker is active. */
+  uint32_t pauses;
+  uint32_t budget_ns;
+  uint64_t deadline_ns; /* 0 until the first clock read: a short wait never reads the clock */
+} spin_t;
+
+/* One pause of a bounded spin; returns 0 once the spin has lasted budget_ns (and at least
+ * KILN_SPIN_CLOCK_EVERY pauses). */
+static int spin_once(spin_t* s) {
+  KILN_CPU_PAUSE();
+  if (++s->pauses % KILN_SPIN_CLOCK_EVERY != 0) return 1;
+  uint64_t now = kiln_platform_now_ns();
+  if (s->deadline_ns == 0) s->deadline_ns = now + s->budget_ns;
+  return now < s->deadline_ns;
+}
+
+#define LOOP_OPEN 0x80000000u /* in `join`: the current loop still accepts workers */
+
+typedef struct {
+  /* What idle workers spin on, alone on its cache line: their reads then do not slow down the
+   * launcher's claims and joins on the next line. */
+  uint64_t generation; /* bumped once per loop (and to stop workers) */
+  char pad1[64 - 8];
+  /* The current loop, written by the launcher and read by every thread in it. All of these are
+   * accessed with __atomic builtins except fn and closure, ordered through `join` (see top). */
+  uint32_t join;       /* LOOP_OPEN | number of workers in the current loop */
+  int32_t status;      /* the first non-zero task result */
+  int64_t next_task;
+  int64_t num_tasks;
   kiln_task_fn fn;
   void* closure;
-  int64_t num_tasks;
-  int64_t next_task; /* atomic */
-  int32_t status;    /* atomic: the first non-zero task result */
+  char pad2[64 - 40];
+  int32_t sleepers;         /* workers blocked (or about to block) on `wake` */
+  int32_t launcher_waiting; /* the launcher is blocked (or about to block) on `done` */
+  int32_t stop;             /* workers exit at the next generation */
+  pthread_mutex_t launch_mu; /* held for a whole launch or resize: one loop at a time */
+  pthread_mutex_t mu;        /* the mutex of both condition variables */
+  pthread_cond_t wake;       /* workers block here for a new generation */
+  pthread_cond_t done;       /* the launcher blocks here for the joined workers to leave */
+  /* Touched only with launch_mu held (and by fork handlers). */
+  pthread_t* workers;
+  int32_t num_workers;
+  uint64_t start_generation; /* the generation new workers start from */
+  /* KILN_SPIN_NS, or 0 when the pool alone has more threads than the machine has cores: then a
+   * spinning thread would only take the core of one with work to do. Written before the
+   * workers start, so they read it without synchronisation. */
+  uint32_t spin_ns;
 } pool_t;
 
-static pool_t g_pool = {.launch_mu = PTHREAD_MUTEX_INITIALIZER,
-                        .mu = PTHREAD_MUTEX_INITIALIZER,
-                        .wake = PTHREAD_COND_INITIALIZER,
-                        .done = PTHREAD_COND_INITIALIZER};
+#if defined(__GNUC__)
+#define KILN_CACHE_ALIGNED __attribute__((aligned(64)))
+#else
+#define KILN_CACHE_ALIGNED
+#endif
+
+static pool_t g_pool KILN_CACHE_ALIGNED = {.launch_mu = PTHREAD_MUTEX_INITIALIZER,
+                                           .mu = PTHREAD_MUTEX_INITIALIZER,
+                                           .wake = PTHREAD_COND_INITIALIZER,
+                                           .done = PTHREAD_COND_INITIALIZER};
 static int32_t g_num_threads;     /* atomic; 0 means the default */
 static int32_t g_default_threads; /* atomic; 0 until first asked */
 static pthread_once_t g_atfork_once = PTHREAD_ONCE_INIT;
@@ -91,53 +180,114 @@ int32_t kiln_get_num_threads(void) {
   return n;
 }
 
+/* Claims and runs tasks until none is left or one failed. The loop's description is read once:
+ * its cache line is written by every claim. */
 static void run_tasks(pool_t* p) {
+  kiln_task_fn fn = p->fn;
+  void* closure = p->closure;
+  int64_t num_tasks = __atomic_load_n(&p->num_tasks, __ATOMIC_RELAXED);
   for (;;) {
     int64_t t = __atomic_fetch_add(&p->next_task, 1, __ATOMIC_RELAXED);
-    if (t >= p->num_tasks || __atomic_load_n(&p->status, __ATOMIC_RELAXED) != 0) return;
-    int32_t rc = p->fn(t, p->num_tasks, p->closure);
+    if (t >= num_tasks || __atomic_load_n(&p->status, __ATOMIC_RELAXED) != 0) return;
+    int32_t rc = fn(t, num_tasks, closure);
     int32_t ok = 0;
     if (rc != 0)
       __atomic_compare_exchange_n(&p->status, &ok, rc, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
   }
 }
 
+/* Waits for a generation other than `seen` and returns it: spins, then blocks. */
+static uint64_t wait_for_generation(pool_t* p, uint64_t seen) {
+  spin_t spin = {0, p->spin_ns, 0};
+  uint64_t g;
+  while ((g = __atomic_load_n(&p->generation, __ATOMIC_ACQUIRE)) == seen)
+    if (!spin_once(&spin)) break;
+  if (g != seen) return g;
+  pthread_mutex_lock(&p->mu);
+  /* Dekker with pool_launch: register as a sleeper, then look at the generation again. */
+  __atomic_add_fetch(&p->sleepers, 1, __ATOMIC_SEQ_CST);
+  while ((g = __atomic_load_n(&p->generation, __ATOMIC_SEQ_CST)) == seen)
+    pthread_cond_wait(&p->wake, &p->mu);
+  __atomic_sub_fetch(&p->sleepers, 1, __ATOMIC_RELAXED);
+  pthread_mutex_unlock(&p->mu);
+  return g;
+}
+
+/* Joins the current loop if it is still open. The loop joined may be newer than the generation
+ * the caller saw; that is fine: it is open, so its tasks are there to be claimed. */
+static int try_join(pool_t* p) {
+  /* Not when every task is claimed already (the launcher often claims all of a small loop's
+   * tasks before a worker notices it): joining would only make the launcher wait for this
+   * worker to leave. A stale look only costs a join or a missed one; the CAS decides. */
+  if (__atomic_load_n(&p->next_task, __ATOMIC_RELAXED) >=
+      __atomic_load_n(&p->num_tasks, __ATOMIC_RELAXED))
+    return 0;
+  uint32_t s = __atomic_load_n(&p->join, __ATOMIC_RELAXED);
+  while (s & LOOP_OPEN)
+    if (__atomic_compare_exchange_n(&p->join, &s, s + 1, 1, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+      return 1;
+  return 0;
+}
+
+/* Leaves the loop joined; the last to leave a closed loop wakes a launcher that blocked. The
+ * decrement releases this worker's task writes to the launcher. */
+static void leave(pool_t* p) {
+  if (__atomic_sub_fetch(&p->join, 1, __ATOMIC_SEQ_CST) == 0 &&
+      __atomic_load_n(&p->launcher_waiting, __ATOMIC_SEQ_CST)) {
+    pthread_mutex_lock(&p->mu);
+    pthread_cond_signal(&p->done);
+    pthread_mutex_unlock(&p->mu);
+  }
+}
+
 static void* worker_main(void* arg) {
   pool_t* p = arg;
   t_in_task = 1;
-  pthread_mutex_lock(&p->mu);
-  uint64_t seen = p->start_generation;
+  uint64_t seen = p->start_generation; /* written before this thread was created */
   for (;;) {
-    while (!p->stop && p->generation == seen) pthread_cond_wait(&p->wake, &p->mu);
-    if (p->stop) break;
-    seen = p->generation;
-    if (!p->open) continue; /* woke too late: every task was already taken */
-    ++p->active;
-    pthread_mutex_unlock(&p->mu);
-    run_tasks(p);
-    pthread_mutex_lock(&p->mu);
-    if (--p->active == 0 && !p->open) pthread_cond_signal(&p->done);
+    seen = wait_for_generation(p, seen);
+    if (__atomic_load_n(&p->stop, __ATOMIC_RELAXED)) break; /* ordered by the generation */
+    if (try_join(p)) {
+      run_tasks(p);
+      leave(p);
+    }
   }
-  pthread_mutex_unlock(&p->mu);
   return NULL;
 }
 
-/* Caller holds launch_mu. */
+/* Closes the current loop (every task is claimed) and waits for the workers that joined it. */
+static void close_and_wait(pool_t* p) {
+  if (__atomic_and_fetch(&p->join, ~LOOP_OPEN, __ATOMIC_ACQ_REL) == 0) return;
+  spin_t spin = {0, p->spin_ns, 0};
+  while (__atomic_load_n(&p->join, __ATOMIC_ACQUIRE) != 0)
+    if (!spin_once(&spin)) break;
+  if (__atomic_load_n(&p->join, __ATOMIC_ACQUIRE) == 0) return;
+  pthread_mutex_lock(&p->mu);
+  /* Dekker with leave(): announce the wait, then look at the count again. */
+  __atomic_store_n(&p->launcher_waiting, 1, __ATOMIC_SEQ_CST);
+  while (__atomic_load_n(&p->join, __ATOMIC_SEQ_CST) != 0) pthread_cond_wait(&p->done, &p->mu);
+  __atomic_store_n(&p->launcher_waiting, 0, __ATOMIC_RELAXED);
+  pthread_mutex_unlock(&p->mu);
+}
+
+/* Caller holds launch_mu; no loop is running. */
 static void stop_workers(pool_t* p) {
   if (p->num_workers == 0) return;
-  pthread_mutex_lock(&p->mu);
-  p->stop = 1;
+  __atomic_store_n(&p->stop, 1, __ATOMIC_RELAXED);
+  __atomic_add_fetch(&p->generation, 1, __ATOMIC_SEQ_CST); /* releases `stop` to spinners */
+  pthread_mutex_lock(&p->mu); /* a worker between its check and its wait holds mu */
   pthread_cond_broadcast(&p->wake);
   pthread_mutex_unlock(&p->mu);
   for (int32_t i = 0; i < p->num_workers; ++i) pthread_join(p->workers[i], NULL);
   kiln_mem_free(p->workers);
   p->workers = NULL;
   p->num_workers = 0;
-  p->stop = 0;
+  __atomic_store_n(&p->stop, 0, __ATOMIC_RELAXED);
 }
 
 /* fork() copies only the forking thread: the child must not wait for workers it does not have.
- * The prepare handler takes both locks so that no loop is half-way through at the fork. */
+ * The prepare handler takes both locks so that no loop is half-way through at the fork and no
+ * worker is half-way into a wait. */
 static void atfork_prepare(void) {
   pthread_mutex_lock(&g_pool.launch_mu);
   pthread_mutex_lock(&g_pool.mu);
@@ -151,8 +301,10 @@ static void atfork_parent(void) {
 static void atfork_child(void) {
   g_pool.workers = NULL; /* the parent's array is left behind, once per fork */
   g_pool.num_workers = 0;
-  g_pool.active = 0;
-  g_pool.open = 0;
+  g_pool.join = 0;
+  g_pool.sleepers = 0;
+  g_pool.launcher_waiting = 0;
+  g_pool.stop = 0;
   pthread_cond_init(&g_pool.wake, NULL); /* forget waiters that do not exist here */
   pthread_cond_init(&g_pool.done, NULL);
   atfork_parent();
@@ -166,7 +318,8 @@ static void start_workers(pool_t* p, int32_t count) {
   pthread_once(&g_atfork_once, register_atfork);
   p->workers = kiln_mem_alloc((size_t)count * sizeof(pthread_t));
   if (!p->workers) return;
-  p->start_generation = p->generation;
+  p->start_generation = __atomic_load_n(&p->generation, __ATOMIC_RELAXED);
+  p->spin_ns = count + 1 > kiln_platform_num_cores() ? 0 : KILN_SPIN_NS;
   while (p->num_workers < count &&
          pthread_create(&p->workers[p->num_workers], NULL, worker_main, p) == 0)
     ++p->num_workers;
@@ -191,29 +344,31 @@ static int32_t pool_launch(void* pool, kiln_task_fn fn, void* closure, int64_t n
     pthread_mutex_unlock(&p->launch_mu);
     return run_serially(fn, closure, num_tasks);
   }
-  pthread_mutex_lock(&p->mu);
+  /* Publish: the loop is closed and no worker is in it, so nobody reads these now. */
   p->fn = fn;
   p->closure = closure;
-  p->num_tasks = num_tasks;
-  p->next_task = 0;
-  p->status = 0;
-  p->open = 1;
-  ++p->generation;
-  /* Wake as many workers as there are tasks besides the launcher's own. */
-  if (num_tasks - 1 >= p->num_workers) pthread_cond_broadcast(&p->wake);
-  else
-    for (int64_t i = 0; i < num_tasks - 1; ++i) pthread_cond_signal(&p->wake);
-  pthread_mutex_unlock(&p->mu);
+  __atomic_store_n(&p->num_tasks, num_tasks, __ATOMIC_RELAXED); /* also read before joining */
+  __atomic_store_n(&p->next_task, 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&p->status, 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&p->join, LOOP_OPEN, __ATOMIC_RELEASE);
+  /* Dekker with wait_for_generation: bump the generation, then look for sleepers. Spinning
+   * workers need nothing more. */
+  __atomic_add_fetch(&p->generation, 1, __ATOMIC_SEQ_CST);
+  if (__atomic_load_n(&p->sleepers, __ATOMIC_SEQ_CST) > 0) {
+    pthread_mutex_lock(&p->mu);
+    /* As many as there are tasks besides the launcher's own (spinners may take some first). */
+    if (num_tasks - 1 >= p->num_workers) pthread_cond_broadcast(&p->wake);
+    else
+      for (int64_t i = 0; i < num_tasks - 1; ++i) pthread_cond_signal(&p->wake);
+    pthread_mutex_unlock(&p->mu);
+  }
 
   t_in_task = 1;
   run_tasks(p);
   t_in_task = 0;
 
-  pthread_mutex_lock(&p->mu);
-  p->open = 0; /* every task is claimed: later wake-ups go back to sleep */
-  while (p->active > 0) pthread_cond_wait(&p->done, &p->mu);
-  int32_t status = p->status;
-  pthread_mutex_unlock(&p->mu);
+  close_and_wait(p);
+  int32_t status = __atomic_load_n(&p->status, __ATOMIC_RELAXED);
   pthread_mutex_unlock(&p->launch_mu);
   return status;
 }
