@@ -158,3 +158,16 @@ def test_avx512_tiles_match_numpy(shape):
     x = np.random.default_rng(3).standard_normal((m, k)).astype("float32")
     got = kiln.VirtualMachine(ex, kiln.cpu())["main"](x)
     np.testing.assert_allclose(np.asarray(got), reference(mod, [x]), rtol=1e-4, atol=1e-4)
+
+
+def test_a_one_row_matvec_is_split_across_the_cores():
+    """The row loop of a one-row matvec has one iteration: the parallel loop must include the
+    column blocks, or a second core gets nothing (the issue's 1 x 4096 . 4096 x 4096 case)."""
+    rng = np.random.default_rng(5)
+    w = Constant(rng.standard_normal((1024, 256)).astype("float32"))
+    mod = graph_module([typed("x", (1, 256))], lambda emit, x: ops.call("linear", x, w))
+    out = kiln.get_pipeline("default", PassContext(target=AVX512, cores=2))(mod)
+    (name,) = kernels(out)
+    from kiln.ir import For, collect
+    par = [f for f in collect(out[name].body, For) if f.kind == "parallel"]
+    assert len(par) == 1 and par[0].extent.value >= 2, attr(out[name], "kiln.schedule")

@@ -267,7 +267,14 @@ def schedule_contraction(sch: Schedule, c: Contraction, ctx: PassContext, kind: 
     # Parallel over the outer loops but the innermost (where the tile is written back).
     work = math.prod(e for e in extents if e is not None)
     if outer:
+        # Outer loops but the last (where the tile is written back) run in parallel; when
+        # they hold fewer iterations than twice the cores (a one-row matvec: its row loop has
+        # one), the last joins them, so every core gets work.
+        exts = [static_extent(f) for f in find(sch.func, info.name).loops[:len(outer)]]
         depth = len(outer[:-1] or outer[:1])
+        tasks = math.prod(e if e is not None else 1 << 20 for e in exts[:depth])
+        if tasks < 2 * ctx.cores:
+            depth = len(outer)
         default = depth if work >= ctx.parallel_min_elements * 16 else 0
         depth = decide.choose("parallel", list(range(len(outer) + 1)), default=default)
         if depth:
