@@ -44,7 +44,7 @@ from .conv_blocked import ANNOTATION, FLAT_OVERHEAD, STEP_OVERHEAD, pixel_tile
 from .infra import PassContext
 from .layout import vectors
 from .schedule_rules import (block_infos, consumers, find, inline_intermediates, loop_rvs,
-                             params_of, schedule_spatial, static_extent)
+                             schedule_spatial, static_extent, tile_write_back)
 
 # Input channels per step of the reduction's outer loop: (rc_0, ry, rx, rc_1) with rc_1 of
 # this many channels keeps the input rows of one step in L1 (rc innermost over all channels
@@ -136,20 +136,9 @@ def schedule_blocked_conv(func: PrimFunc, ctx: PassContext,
             red = [rco, rcio, ry, rx, rcii]
     sch.reorder(*(outer + red + [pi, oi]))
 
-    out_buf = info.written()[0]
-    write_back = sch.cache_write(info.rv, 0, "local")
     # The epilogue joins the write-back when it reads the tile one to one (it does once
     # regrouped); otherwise it stays a separate elementwise pass over the blocked result.
-    fused = "none"
-    if out_buf not in params_of(sch.func):
-        fused = "inlined"
-        for e in consumers(sch.func, out_buf):
-            if e.name == write_back.name:
-                continue
-            try:
-                sch.reverse_compute_inline(e.rv)
-            except ScheduleError:
-                fused = "separate"
+    write_back, fused = tile_write_back(sch, info)
     sch.reverse_compute_at(write_back, outer[-1])
     init = sch.decompose_reduction(info.rv, red[0])
     if xt > 1:

@@ -36,8 +36,8 @@ from ..schedule.decisions import Decisions
 from .conv_blocked import STEP_OVERHEAD, tile_score
 from .infra import PassContext
 from .layout import vectors
-from .schedule_rules import (block_infos, consumers, find, inline_intermediates, loop_rvs,
-                             params_of, static_extent)
+from .schedule_rules import (block_infos, find, inline_intermediates, loop_rvs, static_extent,
+                             tile_write_back)
 
 # Reduction blocks of the pools ``pool nchwc`` schedules.
 _POOL_BLOCKS = ("max_pool2d", "avg_pool2d_sum", "mean_sum", "sum", "max")
@@ -81,18 +81,7 @@ def schedule_depthwise(func: PrimFunc, ctx: PassContext,
     x0, x1 = sch.split(x, [None, xt]) if xt < width else (None, x)
     outer = [lp for lp in (n, q, y, x0) if lp is not None]
     sch.reorder(*(outer + [ry, rx, x1, r]))
-    out_buf = info.written()[0]
-    write_back = sch.cache_write(info.rv, 0, "local")
-    fused = "none"
-    if out_buf not in params_of(sch.func):
-        fused = "inlined"
-        for e in consumers(sch.func, out_buf):
-            if e.name == write_back.name:
-                continue
-            try:
-                sch.reverse_compute_inline(e.rv)
-            except ScheduleError:
-                fused = "separate"
+    write_back, fused = tile_write_back(sch, info)
     sch.reverse_compute_at(write_back, outer[-1])
     init = sch.decompose_reduction(info.rv, ry)
     for lp in (ry, rx, x1):

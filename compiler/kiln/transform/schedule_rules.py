@@ -193,6 +193,27 @@ def schedule_spatial(sch: Schedule, name: str, ctx: PassContext,
     return ", ".join(parts) or "serial"
 
 
+# ---- register tiles ------------------------------------------------------------------------------
+def tile_write_back(sch: Schedule, info: BlockInfo):
+    """Accumulate ``info``'s tile in a local buffer (``cache_write``) and fold the elementwise
+    epilogue that reads the result one to one into the write-back (``reverse_compute_inline``);
+    returns (the write-back block, "none" | "inlined" | "separate"): "separate" when some
+    consumer could not be folded and stays a pass of its own."""
+    out_buf = info.written()[0]
+    write_back = sch.cache_write(info.rv, 0, "local")
+    fused = "none"
+    if out_buf not in params_of(sch.func):
+        fused = "inlined"
+        for e in consumers(sch.func, out_buf):
+            if e.name == write_back.name:
+                continue
+            try:
+                sch.reverse_compute_inline(e.rv)
+            except ScheduleError:
+                fused = "separate"
+    return write_back, fused
+
+
 # ---- reductions --------------------------------------------------------------------------------
 def _row_depth(func: PrimFunc, out: BlockInfo) -> int:
     """How many leading loops of ``out`` every read of a scratch buffer depends on: the
