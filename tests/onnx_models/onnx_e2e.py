@@ -5,13 +5,15 @@ from __future__ import annotations
 import numpy as np
 
 
-def compile_onnx(model, shape_dict=None, const_inputs=None, with_executable=False):
-    """Import, bind the initializers, run the "default" pipeline, compile for the
-    host, and return a ``kiln.VirtualMachine`` (and the ``Executable`` with ``with_executable``)."""
+def compile_onnx(model, shape_dict=None, const_inputs=None, with_executable=False,
+                 target="llvm"):
+    """Import, bind the initializers, run the "default" pipeline for ``target`` (default: the
+    host), compile, and return a ``kiln.VirtualMachine`` (and the ``Executable`` with
+    ``with_executable``)."""
     import kiln
     mod, params = kiln.frontend.from_onnx(model, shape_dict=shape_dict, const_inputs=const_inputs)
     mod = kiln.transform.bind_params("main", params)(mod)
-    ex = kiln.compile(kiln.get_pipeline("default")(mod), target="llvm")
+    ex = kiln.compile(kiln.get_pipeline("default", target=target)(mod), target=target)
     vm = kiln.VirtualMachine(ex, kiln.cpu())
     return (vm, ex) if with_executable else vm
 
