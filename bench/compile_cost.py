@@ -101,13 +101,14 @@ def run(names=MODELS, runs: int = 3) -> list:
     return rows
 
 
-def _mlp(n: int, width: int = 64):
-    """An MLP of ``n`` Linear+ReLU layers, widths cycling through five values (so at most a
-    handful of distinct kernels: identical ones are compiled once), weights bound."""
+def deep_mlp(n: int, widths=None, width: int = 64):
+    """An MLP of ``n`` Linear+ReLU layers with weights bound; ``widths`` (``n + 1`` values), or
+    widths cycling through five values from ``width`` (so at most a handful of distinct
+    kernels: identical ones are compiled once)."""
     import kiln
     from kiln import nn
 
-    widths = [width + 8 * (k % 5) for k in range(n + 1)]
+    widths = widths or [width + 8 * (k % 5) for k in range(n + 1)]
 
     class MLP(nn.Module):
         def __init__(self):
@@ -126,48 +127,50 @@ def _mlp(n: int, width: int = 64):
     return kiln.transform.bind_params("forward", m.state_dict())(mod)
 
 
-def step_calls(n: int, cache_dir: str) -> dict:
-    """Python function calls of each pipeline pass and of kiln.compile on ``_mlp(n)``."""
+def scale_kernels(k: int):
+    """``k`` tensor programs of the same size that differ in a constant (none is merged)."""
+    import kiln
+    from kiln import te
+    from kiln.ir import IRModule
+    funcs = {}
+    for j in range(k):
+        a, c = te.placeholder((256,), "float32", name="a"), float(j + 2)
+        funcs[f"scale{j}"] = te.create_prim_func([a, te.compute((256,), lambda i: a[i] * c + 1.0, name="b")])
+    return kiln.get_pipeline("zero")(IRModule(funcs))
+
+
+def count_calls(fn):
+    """(``fn()``, the Python function calls it made, from cProfile): deterministic, unlike time."""
     import cProfile
     import pstats
+    pr = cProfile.Profile()
+    pr.enable()
+    try:
+        out = fn()
+    finally:
+        pr.disable()
+    return out, sum(v[1] for v in pstats.Stats(pr).stats.values())
+
+
+def step_calls(n: int, cache_dir: str) -> dict:
+    """Python function calls of each pipeline pass and of kiln.compile on ``deep_mlp(n)``."""
     import kiln
     from kiln.codegen import BuildOptions
-
-    def calls(fn):
-        pr = cProfile.Profile()
-        pr.enable()
-        try:
-            out = fn()
-        finally:
-            pr.disable()
-        return out, sum(v[1] for v in pstats.Stats(pr).stats.values())
-
-    mod, out = _mlp(n), {}
+    mod, out = deep_mlp(n), {}
     for p in kiln.get_pipeline("default").passes:
-        mod, out[p.name] = calls(lambda: p(mod))
-    _, out["kiln.compile"] = calls(lambda: kiln.compile(mod, "llvm", options=BuildOptions(
+        mod, out[p.name] = count_calls(lambda: p(mod))
+    _, out["kiln.compile"] = count_calls(lambda: kiln.compile(mod, "llvm", options=BuildOptions(
         cache_dir=cache_dir, jobs=1)))
     return out
 
 
 def kernel_calls(k: int, cache_dir: str) -> dict:
     """Python function calls of build_library on ``k`` distinct kernels of the same size."""
-    import cProfile
-    import pstats
-    import kiln
-    from kiln import te
     from kiln.codegen import BuildOptions, build_library
-    from kiln.ir import IRModule
-    funcs = {}
-    for j in range(k):
-        a, c = te.placeholder((256,), "float32", name="a"), float(j + 2)
-        funcs[f"scale{j}"] = te.create_prim_func([a, te.compute((256,), lambda i: a[i] * c + 1.0, name="b")])
-    mod = kiln.get_pipeline("zero")(IRModule(funcs))
-    pr = cProfile.Profile()
-    pr.enable()
-    build_library(mod, "llvm", BuildOptions(cache_dir=cache_dir, jobs=1), lower=True)
-    pr.disable()
-    return {"build_library (N kernels)": sum(v[1] for v in pstats.Stats(pr).stats.values())}
+    mod = scale_kernels(k)
+    _, n = count_calls(lambda: build_library(mod, "llvm", BuildOptions(cache_dir=cache_dir, jobs=1),
+                                             lower=True))
+    return {"build_library (N kernels)": n}
 
 
 def scaling(ns) -> None:

@@ -11,66 +11,18 @@
 """
 from __future__ import annotations
 
-import cProfile
-import pstats
+import os
+import sys
 import tracemalloc
 
-import numpy as np
 import pytest
 
 import kiln
-from kiln import nn, te
 from kiln.codegen import BuildOptions, build_library
-from kiln.ir import IRModule
 
-
-def _mlp(n: int, widths=None):
-    """``n`` Linear+ReLU layers of ``widths`` (default: all 64 wide), weights bound."""
-    widths = widths or [64] * (n + 1)
-
-    class MLP(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.layers = nn.ModuleList([nn.Linear(widths[k], widths[k + 1]) for k in range(n)])
-            self.relu = nn.ReLU()
-
-        def forward(self, x):
-            for layer in self.layers:
-                x = self.relu(layer(x))
-            return x
-
-    m = MLP()
-    m.load_state_dict(m.init_params(seed=0))
-    mod, _ = m.export(spec={"forward": {"x": nn.spec.Tensor((1, widths[0]), "float32")}})
-    return kiln.transform.bind_params("forward", m.state_dict())(mod)
-
-
-def _kernels(k: int) -> IRModule:
-    """``k`` tensor programs of the same size that differ in a constant (none is merged)."""
-    funcs = {}
-    for j in range(k):
-        a, c = te.placeholder((256,), "float32", name="a"), float(j + 2)
-        funcs[f"scale{j}"] = te.create_prim_func([a, te.compute((256,), lambda i: a[i] * c + 1.0, name="b")])
-    return kiln.get_pipeline("zero")(IRModule(funcs))
-
-
-def _calls(fn):
-    pr = cProfile.Profile()
-    pr.enable()
-    try:
-        out = fn()
-    finally:
-        pr.disable()
-    return out, sum(v[1] for v in pstats.Stats(pr).stats.values())
-
-
-def _graph_step_calls(n: int, cache_dir: str) -> dict:
-    mod, out = _mlp(n), {}
-    for p in kiln.get_pipeline("default").passes:
-        mod, out[p.name] = _calls(lambda: p(mod))
-    _, out["kiln.compile"] = _calls(lambda: kiln.compile(mod, "llvm", options=BuildOptions(
-        cache_dir=cache_dir, jobs=1)))
-    return out
+# The measurements are bench/compile_cost.py's (one definition); these tests assert on them.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "bench"))
+from compile_cost import count_calls, deep_mlp, scale_kernels, step_calls  # noqa: E402
 
 
 def _assert_linear(small: dict, big: dict, factor: int, what: str) -> None:
@@ -84,15 +36,15 @@ def _assert_linear(small: dict, big: dict, factor: int, what: str) -> None:
 
 
 def test_graph_steps_grow_linearly_with_the_layers(tmp_path):
-    _graph_step_calls(2, str(tmp_path / "warm"))   # caches (schedule rules, LLVM) warm first
-    _assert_linear(_graph_step_calls(4, str(tmp_path / "a")), _graph_step_calls(16, str(tmp_path / "b")),
+    step_calls(2, str(tmp_path / "warm"))   # caches (schedule rules, LLVM) warm first
+    _assert_linear(step_calls(4, str(tmp_path / "a")), step_calls(16, str(tmp_path / "b")),
                    4, "MLP (4 layers)")
 
 
 def test_codegen_grows_linearly_with_the_kernels(tmp_path):
     def calls(k):
-        mod = _kernels(k)
-        path, n = _calls(lambda: build_library(mod, "llvm", BuildOptions(
+        mod = scale_kernels(k)
+        path, n = count_calls(lambda: build_library(mod, "llvm", BuildOptions(
             cache_dir=str(tmp_path / str(k)), jobs=1), lower=True))
         return {"build_library": n}
     calls(2)
@@ -116,7 +68,7 @@ def _peak_during(fn):
 
 
 def test_weights_are_not_copied_on_the_way_to_the_library(tmp_path, traced):
-    mod = _mlp(2, widths=[2048, 2048, 256])          # 18 MiB of weights; two small kernels
+    mod = deep_mlp(2, widths=[2048, 2048, 256])          # 18 MiB of weights; two small kernels
     weights = (2048 * 2048 + 2048 * 256 + 2048 + 256) * 4
     pipeline = kiln.get_pipeline("default")
     mod, pipeline_peak = _peak_during(lambda: pipeline(mod))
