@@ -36,6 +36,7 @@ from ..schedule.decisions import Decisions
 from .conv_blocked import STEP_OVERHEAD, tile_score
 from .infra import PassContext
 from .layout import vectors
+from .schedule_pool import epilogues_at_rows
 from .schedule_rules import (block_infos, find, inline_intermediates, loop_rvs, static_extent,
                              tile_write_back)
 
@@ -138,16 +139,7 @@ def schedule_blocked_pool(func: PrimFunc, ctx: PassContext,
     sch.vectorize(r)
     sch.vectorize(sch.get_loops(init)[-1])
     rows = sch.fuse(*spatial[:3])
-    parts = ["pool nchwc: vectorize channels"]
-    for b in block_infos(sch.func):
-        if b.name in (info.name, init.name) or b.is_reduction:
-            continue
-        try:
-            sch.reverse_compute_at(b.rv, rows)
-            sch.vectorize(sch.get_loops(b.rv)[-1])
-            parts.append(f"{b.name} at rows")
-        except ScheduleError:
-            pass
+    parts = ["pool nchwc: vectorize channels"] + epilogues_at_rows(sch, rows, (info.name, init.name))
     work = math.prod(e for e in extents if e is not None)
     if decide.choose("parallel", [False, True], default=work >= ctx.parallel_min_elements):
         sch.parallel(rows)

@@ -18,7 +18,7 @@ off the vectorized loop and the rest runs without conditions or masks.
 from __future__ import annotations
 
 import math
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 from ..ir import BufferLoad, IRModule, PrimFunc, Var, collect
 from ..ir.stmt import BufferStore, IfThenElse
@@ -69,6 +69,23 @@ def _update(body) -> Optional[BufferStore]:
     return body if isinstance(body, BufferStore) else None
 
 
+def epilogues_at_rows(sch: Schedule, rows, skip) -> List[str]:
+    """Move the elementwise blocks after a pool (avg_pool2d's division) under its fused row
+    loop ``rows``, vectorized; blocks named in ``skip`` and reductions stay. Returns the
+    description parts of those moved."""
+    parts = []
+    for b in block_infos(sch.func):
+        if b.name in skip or b.is_reduction:
+            continue
+        try:
+            sch.reverse_compute_at(b.rv, rows)
+            sch.vectorize(sch.get_loops(b.rv)[-1])
+            parts.append(f"{b.name} at rows")
+        except ScheduleError:
+            pass
+    return parts
+
+
 def schedule_pool(func: PrimFunc, ctx: PassContext,
                   decide: Optional[Decisions] = None) -> Tuple[PrimFunc, str]:
     """Apply the module docstring's schedule; returns (scheduled func, description). Its
@@ -86,17 +103,7 @@ def schedule_pool(func: PrimFunc, ctx: PassContext,
     init = sch.decompose_reduction(info.rv, red[0])
     rows = sch.fuse(n, c, y)
     extents = [static_extent(f) for f in info.loops]
-    parts = ["rows", f"vectorize {width}"]
-    # Elementwise blocks after the pool (avg_pool2d's division): under the same rows.
-    for b in block_infos(sch.func):
-        if b.name in (info.name, init.name) or b.is_reduction:
-            continue
-        try:
-            sch.reverse_compute_at(b.rv, rows)
-            sch.vectorize(sch.get_loops(b.rv)[-1])
-            parts.append(f"{b.name} at rows")
-        except ScheduleError:
-            pass
+    parts = ["rows", f"vectorize {width}"] + epilogues_at_rows(sch, rows, (info.name, init.name))
     sch.vectorize(x)
     sch.vectorize(sch.get_loops(init)[-1])
     big = None in extents or math.prod(extents) >= ctx.parallel_min_elements
