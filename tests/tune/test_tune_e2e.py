@@ -29,6 +29,15 @@ def kiln_cli(*args, cwd=None):
                           capture_output=True, text=True, cwd=cwd, timeout=600)
 
 
+def _wait_for_records(proc, db, count: int = 3, timeout_s: float = 240) -> None:
+    """Until the tuning run ``proc`` has written ``count`` records to ``db`` (or ended)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and proc.poll() is None:
+        if len(read_records(str(db))[0]) >= count:
+            return
+        time.sleep(0.05)
+
+
 def test_a_killed_run_keeps_its_records_and_a_second_run_resumes(tmp_path):
     db = tmp_path / "db.jsonl"
     code = ("import sys; sys.path.insert(0, %r)\nimport kiln\n"
@@ -38,11 +47,7 @@ def test_a_killed_run_keeps_its_records_and_a_second_run_resumes(tmp_path):
             "          progress=False)\n" % HERE)
     proc = subprocess.Popen([sys.executable, "-c", code, str(db)])
     try:
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline and proc.poll() is None:
-            if len(read_records(str(db))[0]) >= 3:
-                break
-            time.sleep(0.05)
+        _wait_for_records(proc, db)
         assert proc.poll() is None, "the run ended before it could be killed"
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)
@@ -123,11 +128,7 @@ def test_ctrl_c_stops_the_tuner_and_no_candidate_is_blamed(tmp_path):
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline and proc.poll() is None:
-            if len(read_records(str(db))[0]) >= 3:
-                break
-            time.sleep(0.05)
+        _wait_for_records(proc, db)
         assert proc.poll() is None, "the run ended before it could be interrupted"
         os.killpg(proc.pid, signal.SIGINT)      # what Ctrl-C at a terminal does
         out, err = proc.communicate(timeout=60)
