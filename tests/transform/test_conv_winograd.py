@@ -1,5 +1,5 @@
 """conv_winograd (3x3 stride-1 conv2d -> winograd_input / winograd_gemm / winograd_output) and
-schedule_winograd: which convs it rewrites, the cost rule's choices, the schedules the
+the transform schedules (schedule_winograd.py): which convs it rewrites, the cost rule's choices, the schedules the
 transform kernels get, and compiled results against numpy (odd shapes, epilogues)."""
 import numpy as np
 import pytest
@@ -11,7 +11,6 @@ from kiln.ir.graph import Constant
 from kiln.transform import PassContext
 from kiln.transform.conv_winograd import (MIN_GAIN, conv_plan, conv_winograd, ineligible,
                                           with_winograd)
-from kiln.transform.schedule_winograd import schedule_winograd
 
 from transform_helpers import typed
 
@@ -203,12 +202,6 @@ def test_transform_kernels_are_vectorized_straight_line_code():
     assert 'T.block("relu")' not in text and 'T.block("add")' not in text
 
 
-def test_schedule_winograd_leaves_other_kernels_alone():
-    mod, _, _ = conv_model((1, 8, 8, 8), 8, epilogue="bias_relu")
-    legal = kiln.transform.legalize()(mod)
-    assert schedule_winograd()(legal).functions == legal.functions
-
-
 def test_model_matches_direct_pipeline_within_1e4():
     """A residual block (conv-bn-relu, conv-bn + identity, relu) through the default pipeline
     with and without Winograd: the same result within 1e-4 of its scale."""
@@ -248,27 +241,29 @@ def test_panels_follow_pack_lanes():
 
 
 def test_transform_schedules_are_named_decisions():
-    """The rule's choices replay from a record and change the program, not the result."""
+    """The rule's choices replay from a record and change the program, not the result. (An
+    AVX2 target, 8 lanes, so the default chunk is the same on every host here.)"""
     from kiln.schedule.decisions import Decisions, parse_decisions
-    from kiln.transform.schedule_winograd import schedule_transform
+    from kiln.transform.default_schedule import schedule_kernel
+    avx2 = PassContext(target="llvm -mcpu=haswell")
     mod, _, _ = conv_model((1, 32, 8, 8), 16, epilogue="bias_relu")
-    legal = kiln.transform.legalize()(conv_winograd(choose=lambda call, plan: 4)(mod))
+    legal = kiln.transform.legalize(avx2)(conv_winograd(avx2, choose=lambda call, plan: 4)(mod))
     func = legal["winograd_input"]
-    default = schedule_transform(func)
-    assert parse_decisions(dict(default.attrs)["kiln.decisions"])["chunk"] == 16
-    record = Decisions(fixed={"chunk": 8, "parallel": True})
-    changed = schedule_transform(func, decisions=record)
-    assert record.made == {"chunk": 8, "parallel": True} and not record.stale
-    assert "channels 8" in dict(changed.attrs)["kiln.schedule"]
+    default = schedule_kernel(func, avx2)
+    assert parse_decisions(dict(default.attrs)["kiln.decisions"])["chunk"] == 8
+    record = Decisions(fixed={"chunk": 16, "parallel": True})
+    changed = schedule_kernel(func, avx2, record)
+    assert record.made == {"chunk": 16, "parallel": True} and not record.stale
+    assert "channels 16" in dict(changed.attrs)["kiln.schedule"]
     assert "parallel" in dict(changed.attrs)["kiln.schedule"]
     x = _rand((1, 32, 8, 8))
     want = ops.get("winograd_input").reference(x, padding=(1, 1, 1, 1), tile=4)
     for f in (default, changed):
         out = kiln.nd.empty(want.shape, "float32")
-        kiln.build(IRModule({"main": f}), target="llvm")(kiln.nd.array(x), out)
+        kiln.build(IRModule({"main": f}), target="llvm -mcpu=haswell")(kiln.nd.array(x), out)
         np.testing.assert_allclose(out.numpy(), want, rtol=1e-5, atol=1e-4)
     stale = Decisions(fixed={"chunk": 12})           # 12 does not divide 32: falls back
-    assert "channels 16" in dict(schedule_transform(func, decisions=stale).attrs)["kiln.schedule"]
+    assert "channels 8" in dict(schedule_kernel(func, avx2, stale).attrs)["kiln.schedule"]
     assert stale.stale == ["chunk"]
 
 

@@ -8,7 +8,7 @@
 - ``eliminate_common_subexpr()``, ``dead_code_elimination()``
 - ``default_schedule()``: a schedule per kernel kind for every unscheduled tensor program
 - ``conv_winograd()``: 3x3 stride-1 conv2d as Winograd F(4x4 or 2x2, 3x3) where a cost rule says
-  it is faster; ``schedule_winograd()`` schedules its transform kernels (docs/winograd.md)
+  it is faster; ``default_schedule`` schedules its transform kernels (docs/winograd.md)
 - ``convert_layout_nchwc()``: channel-blocked (NCHW[b]c) activations from conv to conv
   (docs/layout.md; ``schedule_nchwc.py`` schedules its depthwise convs and pools)
 - ``Sequential``, ``PassContext`` (options, passed explicitly); pipelines:
@@ -32,10 +32,9 @@ from .fuse_ops import fuse_ops
 from .default_schedule import default_schedule
 from .conv_winograd import conv_winograd
 from .layout_nchwc import convert_layout_nchwc
-from .schedule_winograd import schedule_winograd
 from .pipeline import get_pipeline
 from .well_formed import WellFormedError, check_well_formed
 
 __all__ = ["Pass", "PassContext", "Sequential", "BindParamsError", "LegalizeError", "bind_params",
            "legalize", "fold_constant", "dead_code_elimination", "eliminate_common_subexpr",
-           "fuse_ops", "default_schedule", "conv_winograd", "convert_layout_nchwc", "schedule_winograd", "get_pipeline", "WellFormedError", "check_well_formed"]
+           "fuse_ops", "default_schedule", "conv_winograd", "convert_layout_nchwc", "get_pipeline", "WellFormedError", "check_well_formed"]

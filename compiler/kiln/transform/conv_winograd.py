@@ -19,7 +19,7 @@ channels here, at compile time::
 Everything that used the conv's result uses ``winograd_output``'s, so ``fuse_ops`` folds the
 conv's epilogue (bias, batch norm, relu, residual add) into the output transform. Run it
 after the first ``fold_constant`` (weights are constants by then) and before ``fuse_ops``;
-``schedule_winograd`` schedules the transform kernels (before ``default_schedule``).
+``default_schedule`` schedules the transform kernels (``schedule_winograd.RULES``).
 
 Which layers: ``conv_plan`` estimates the direct conv and each tile size from the shapes, and
 ``ConvPlan.choice()`` picks (the cost rule, docs/winograd.md); ``choose(call, plan) -> tile or
@@ -232,19 +232,22 @@ def _padding(call: Call):
 def with_winograd(pipeline, ctx: Optional[PassContext] = None,
                   choose: Optional[Callable[[Call, ConvPlan], Optional[int]]] = None,
                   tiles: Sequence[int] = TILES):
-    """``pipeline`` (a ``Sequential`` such as ``kiln.get_pipeline("default")``) with
-    ``conv_winograd`` inserted before ``convert_layout_nchwc`` (or ``fuse_ops``) and
-    ``schedule_winograd`` before ``default_schedule``: where the default pipeline runs them."""
+    """``pipeline`` (a ``Sequential`` such as ``kiln.get_pipeline("default")``) with its
+    ``conv_winograd`` pass made with ``choose`` and ``tiles`` (e.g. a forced tile size, for
+    measuring), or with one inserted where the default pipeline runs it (before
+    ``convert_layout_nchwc``, or ``fuse_ops``) when the pipeline has none. The transform
+    kernels need nothing more: ``default_schedule`` schedules them."""
     from .infra import Sequential
-    from .schedule_winograd import schedule_winograd
     ctx = context(ctx if ctx is not None else getattr(pipeline, "ctx", None))
-    passes = []
+    mine = conv_winograd(ctx, choose, tiles)
     names = [p.name for p in pipeline]
-    before = "convert_layout_nchwc" if "convert_layout_nchwc" in names else "fuse_ops"
-    for p in pipeline:
-        if p.name == before:
-            passes.append(conv_winograd(ctx, choose, tiles))
-        if p.name == "default_schedule":
-            passes.append(schedule_winograd(ctx))
-        passes.append(p)
+    if "conv_winograd" in names:
+        passes = [mine if p.name == "conv_winograd" else p for p in pipeline]
+    else:
+        before = "convert_layout_nchwc" if "convert_layout_nchwc" in names else "fuse_ops"
+        passes = []
+        for p in pipeline:
+            if p.name == before:
+                passes.append(mine)
+            passes.append(p)
     return Sequential(passes, name=f"{pipeline.name}+winograd", ctx=ctx)

@@ -1,4 +1,5 @@
-"""Schedules of the Winograd transform kernels (``ops/winograd.py``): ``schedule_winograd``.
+"""Schedules of the Winograd transform kernels (``ops/winograd.py``): the rules in ``RULES``,
+which ``default_schedule`` dispatches to by the kernel's anchor.
 
 The transforms are small constant matrices applied per tile; written in te as one row's sum
 chosen by a Select on the row index (``ops/winograd._by_row``), they become straight-line
@@ -20,8 +21,8 @@ Both kernels run vectorized over channels (contiguous in ``V`` and ``M``):
   direct conv's write-back does.
 
 The contraction ``winograd_gemm`` is left to ``default_schedule`` (the register-tile rule).
-Kernels keep what this pass wrote in ``kiln.schedule`` (e.g. ``"winograd input: channels 16,
-rows at tile, parallel"``), so ``default_schedule`` leaves them alone. The rule's choices are
+Each kernel's ``kiln.schedule`` says what it got (e.g. ``"winograd input: channels 16,
+rows at tile, parallel"``). The rule's choices are
 named decisions (``kiln.schedule.decisions``), recorded in ``kiln.decisions``:
 ``chunk`` (channels per vectorized step: a divisor of the channels that is a multiple of 4, or
 the whole axis when short; default one machine vector) and ``parallel`` (whether the tile loop
@@ -29,61 +30,16 @@ runs on the thread pool; default when the kernel is big enough).
 """
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import Tuple
 
 from ..ir import IRModule, PrimFunc
 from ..schedule import LoopRV, Schedule, ScheduleError
 from ..schedule.decisions import Decisions
-from . import kernels
-from .infra import Pass, PassContext, context
-from .schedule_rules import (consumers, find, inline_intermediates, loop_rvs, params_of,
-                             serial_loops_only, static_extent)
+from .infra import PassContext
+from .schedule_rules import consumers, find, inline_intermediates, loop_rvs, params_of, static_extent
 
 INPUT, OUTPUT = "winograd_input", "winograd_output"
 PAD, ROWS, OUT_ROWS = "winograd_pad", "winograd_rows", "winograd_out_rows"
-
-
-def schedule_winograd(ctx: Optional[PassContext] = None) -> Pass:
-    """The pass: every unscheduled Winograd transform kernel gets its schedule (module
-    docstring); other kernels are left to ``default_schedule``."""
-    ctx = context(ctx)
-
-    def run(mod: IRModule) -> IRModule:
-        funcs = {}
-        for name, f in mod.functions.items():
-            rule = RULES.get(dict(f.attrs).get(kernels.ATTR_ANCHOR)) \
-                if isinstance(f, PrimFunc) else None
-            if rule is not None and kernels.ATTR_SCHEDULE not in dict(f.attrs) \
-                    and serial_loops_only(f):
-                f = schedule_transform(f, ctx)
-            funcs[name] = f
-        return IRModule(funcs, mod.attrs)
-    return Pass("schedule_winograd", run)
-
-
-def schedule_transform(func: PrimFunc, ctx: Optional[PassContext] = None,
-                       decisions: Optional[Decisions] = None) -> PrimFunc:
-    """``func`` (a Winograd transform kernel) scheduled, with ``kiln.schedule`` and
-    ``kiln.decisions`` set; ``decisions`` answers the rule's choices (defaults when None, a
-    record's values, a tuner's samples). A kernel the rule does not fit is returned unchanged
-    (``default_schedule`` takes it)."""
-    ctx = context(ctx)
-    rule = RULES[dict(func.attrs)[kernels.ATTR_ANCHOR]]
-    decide = Decisions(decisions.fixed, decisions.sampler) if decisions else Decisions()
-    try:
-        scheduled, desc = rule(func, ctx, decide)
-    except ScheduleError:
-        return func
-    if decisions is not None:
-        decisions.made, decisions.options = decide.made, decide.options
-        decisions.stale = decide.stale
-    attrs = dict(scheduled.attrs)
-    attrs[kernels.ATTR_SCHEDULE] = desc
-    attrs[getattr(kernels, "ATTR_DECISIONS", "kiln.decisions")] = decide.text()
-    stamp = getattr(kernels, "ATTR_SCHEDULED_FOR", None)
-    if stamp is not None and hasattr(ctx, "machine"):
-        attrs[stamp] = ctx.machine.key()
-    return PrimFunc(scheduled.params, scheduled.body, tuple(attrs.items()))
 
 
 def channel_chunk(channels: int, ctx: PassContext) -> int:
@@ -91,7 +47,7 @@ def channel_chunk(channels: int, ctx: PassContext) -> int:
     that divides ``channels``; else the whole axis when it is at most a vector, else a vector
     (the last chunk guarded). Measured on AVX-512 (16 lanes): 16 beats 8, 32 and 64 for the
     output transform by 1.3-1.8x at 64 channels, 56 x 56, and the input transform is within 10%."""
-    lanes = getattr(ctx, "simd_lanes", None) or max(4, ctx.vector_lanes // 2)
+    lanes = ctx.simd_lanes
     for c in (lanes, lanes // 2):
         if c >= 4 and channels % c == 0:
             return c
