@@ -7,7 +7,7 @@ from kiln.ir import Var, assert_structural_equal
 from kiln.script import R
 from kiln.transform import BindParamsError, bind_params
 
-from transform_helpers import AVX2, AVX2_CTX, graph_module, reference, run_vm, typed
+from transform_helpers import AVX2_CTX, graph_module, reference, run_vm, typed
 
 
 @kiln.script.ir_module

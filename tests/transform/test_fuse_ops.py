@@ -10,7 +10,7 @@ from kiln.script import R, T
 from kiln.transform import bind_params, default_schedule, fuse_ops, legalize
 from kiln.transform.fuse_ops import find_groups
 
-from transform_helpers import (AVX2, AVX2_CTX, attr, graph_module, inputs_for, kernel_calls, kernels, reference,
+from transform_helpers import (AVX2_CTX, attr, graph_module, inputs_for, kernel_calls, kernels, reference,
                                run_vm, typed)
 from transform_models import conv_bn_relu, mlp, transformer_block
 

@@ -14,7 +14,6 @@ from kiln import ops
 from kiln.ir import assert_structural_equal
 from kiln.ir.graph import Constant
 from kiln.schedule.decisions import Decisions, parse_decisions
-from kiln.transform import legalize
 from kiln.transform.default_schedule import schedule_kernel
 
 from transform_helpers import AVX2, AVX2_CTX, attr, graph_module, kernels, reference, typed

@@ -8,7 +8,7 @@ import kiln
 from kiln import ops
 from kiln.lower import lower_prim_func
 
-from transform_helpers import AVX2, AVX2_CTX, attr, graph_module, kernels, reference, run_vm, typed
+from transform_helpers import AVX2_CTX, attr, graph_module, kernels, reference, run_vm, typed
 
 CASES = [
     ("max_pool2d", (1, 8, 112, 112), {"pool_size": 3, "strides": 2, "padding": 1}),   # ResNet-18

@@ -12,7 +12,6 @@ library is the same however the work was spread.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import shutil

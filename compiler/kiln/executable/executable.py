@@ -22,7 +22,6 @@ import shutil
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Union
 
-import numpy as np
 
 from ..ir.function import IRModule
 from .blob_object import elf_machine, llvm_blob_object, write_elf_object
