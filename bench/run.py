@@ -17,7 +17,8 @@ from harness import table  # noqa: E402
 BENCHMARKS = {
     "matmul": lambda args: __import__("matmul").run(sizes=args.sizes, repeat=args.repeat),
     "models": lambda args: __import__("models").run(repeat=args.repeat),
-    "onnx": lambda args: __import__("onnx_models").run(repeat=args.repeat),
+    "onnx": lambda args: __import__("onnx_models").run(
+        names=args.models or __import__("onnx_models").MODELS, repeat=args.repeat),
     "conv": lambda args: __import__("conv").run(repeat=args.repeat),
 }
 
@@ -27,7 +28,13 @@ def main(argv=None) -> int:
     p.add_argument("names", nargs="*", default=list(BENCHMARKS), help=f"any of {list(BENCHMARKS)}")
     p.add_argument("--sizes", type=int, nargs="+", default=[512, 1024])
     p.add_argument("--repeat", type=int, default=10)
+    p.add_argument("--models", nargs="+", help="onnx: only these models (mlp, resnet18, "
+                   "mobilenet_v2, gpt2)")
     args = p.parse_args(argv)
+    models = __import__("onnx_models").MODELS
+    bad = [m for m in args.models or () if m not in models]
+    if bad:
+        p.error(f"unknown model(s) {bad}; known: {list(models)}")
     unknown = [n for n in args.names if n not in BENCHMARKS]
     if unknown:
         p.error(f"unknown benchmark(s) {unknown}; known: {list(BENCHMARKS)}")
