@@ -1,6 +1,4 @@
-import ai.kiln.Device;
-import ai.kiln.Module;
-import ai.kiln.NDArray;
+import ai.kiln.*;
 
 /**
  * API.md section 5, Java: load an MLP exported by Kiln (examples/mlp.py, export_library) and run
@@ -40,8 +38,8 @@ public final class RunModel {
              NDArray b1 = data(2, hidden);
              NDArray w2 = data(3, outDim, hidden);
              NDArray b2 = data(4, outDim);
-             Module lib = Module.load(args[0]);
-             Module vm = lib.getFunction("load_executable").invoke().asModule()) {
+             KilnModule lib = KilnModule.load(args[0]);
+             KilnModule vm = lib.getFunction("load_executable").invoke().asModule()) {
             vm.getFunction("init").pushArg(Device.cpu()).invoke();
             try (NDArray out = vm.getFunction("forward")
                     .pushArg(x).pushArg(w1).pushArg(b1).pushArg(w2).pushArg(b2)

@@ -98,12 +98,12 @@ def jvm(java_build):
                        f"-Dkiln.jni.library={java_build['lib']}",
                        classpath=[str(java_build["jar"])], convertStrings=True)
     try:
-        jpype.JClass("ai.kiln.Module")
+        jpype.JClass("ai.kiln.KilnModule")
     except Exception as e:  # a JVM started elsewhere without our jar
         pytest.skip(f"JVM already running without kiln.jar: {e}")
 
     class K:
-        Module = jpype.JClass("ai.kiln.Module")
+        KilnModule = jpype.JClass("ai.kiln.KilnModule")
         NDArray = jpype.JClass("ai.kiln.NDArray")
         Device = jpype.JClass("ai.kiln.Device")
         Value = jpype.JClass("ai.kiln.Value")
@@ -136,7 +136,7 @@ def jvm(java_build):
 def mlp(jvm, mlp_artifact):
     """(library module, initialised VM module, argument NDArrays, numpy args, expected)."""
     K = jvm
-    lib = K.Module.load(str(mlp_artifact.so_path))
+    lib = K.KilnModule.load(str(mlp_artifact.so_path))
     vm = lib.getFunction("load_executable").invoke().asModule()
     assert vm.getFunction("init").pushArg(K.Device.cpu()).invoke().isNull()
     args_np = [np.load(p) for p in [mlp_artifact.input_npy, *mlp_artifact.param_npys]]
@@ -171,7 +171,7 @@ def test_api_md_block(jvm, mlp_artifact):
     K = jvm
     args_np = [np.load(p) for p in [mlp_artifact.input_npy, *mlp_artifact.param_npys]]
     x, w1, b1, w2, b2 = [K.nd(a) for a in args_np]
-    with K.Module.load(str(mlp_artifact.so_path)) as lib:
+    with K.KilnModule.load(str(mlp_artifact.so_path)) as lib:
         vm = lib.getFunction("load_executable").invoke().asModule()
         vm.getFunction("init").pushArg(K.Device.cpu()).invoke()
         out = (vm.getFunction("forward").pushArg(x).pushArg(w1).pushArg(b1).pushArg(w2)
@@ -230,12 +230,12 @@ def test_errors_become_kiln_exception(jvm, mlp, tmp_path):
     corrupt = tmp_path / "corrupt.so"  # an ELF magic followed by garbage
     corrupt.write_bytes(b"\x7fELF" + b"\0" * 60 + b"garbage" * 100)
     with pytest.raises(K.KilnException) as e:
-        K.Module.load(str(corrupt))
+        K.KilnModule.load(str(corrupt))
     assert e.value.getStatus() in (IO, INVALID_FORMAT)
     assert str(e.value.getMessage())
 
     with pytest.raises(K.KilnException) as e:  # missing file
-        K.Module.load(str(tmp_path / "missing.so"))
+        K.KilnModule.load(str(tmp_path / "missing.so"))
     assert e.value.getStatus() == IO
     assert "missing.so" in str(e.value.getMessage())
 
@@ -246,14 +246,14 @@ def test_truncated_library(jvm, mlp_artifact, tmp_path):
     corrupt = tmp_path / "truncated.so"
     corrupt.write_bytes(data[: len(data) // 3])
     with pytest.raises(K.KilnException) as e:
-        K.Module.load(str(corrupt))
+        K.KilnModule.load(str(corrupt))
     assert e.value.getStatus() in (IO, INVALID_FORMAT)
     assert len(str(e.value.getMessage())) > 0
 
 
 def test_close_twice_and_use_after_close(jvm, mlp_artifact):
     K = jvm
-    lib = K.Module.load(str(mlp_artifact.so_path))
+    lib = K.KilnModule.load(str(mlp_artifact.so_path))
     f = lib.getFunction("load_executable")
     a = K.nd(np.ones((2, 3), np.float32))
     for h in (f, lib, a):
@@ -268,7 +268,7 @@ def test_close_twice_and_use_after_close(jvm, mlp_artifact):
         a.toFloatArray()
     with pytest.raises(K.IllegalStateException):
         a.asByteBuffer()
-    with K.Module.load(str(mlp_artifact.so_path)) as lib2:
+    with K.KilnModule.load(str(mlp_artifact.so_path)) as lib2:
         vm = lib2.getFunction("load_executable").invoke().asModule()
         with pytest.raises(K.IllegalStateException):  # a closed argument
             vm.getFunction("init").call(a)
@@ -309,7 +309,7 @@ def test_ndarray_roundtrip(jvm):
 
 def test_value_kinds(jvm, mlp_artifact):
     K = jvm
-    with K.Module.load(str(mlp_artifact.so_path)) as lib:
+    with K.KilnModule.load(str(mlp_artifact.so_path)) as lib:
         with lib.getFunction("load_executable").invoke() as v:
             assert str(v.kind()) == "MODULE"
             with pytest.raises(K.ClassCastException):

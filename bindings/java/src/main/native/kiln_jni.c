@@ -7,7 +7,7 @@
  * shim keeps no per-thread state; its only globals are class and member IDs cached at load time,
  * which are immutable afterwards.
  *
- * Ownership: a Java NDArray/Module/Function owns exactly one runtime reference, handed to its
+ * Ownership: a Java NDArray/KilnModule/Function owns exactly one runtime reference, handed to its
  * constructor here and given back by its release method (close() or the Cleaner). Arguments to
  * kiln_function_call are borrowed; strings and tuples made for a call are freed after it.
  */
@@ -52,7 +52,7 @@ JNIEXPORT jint JNICALL JNI_OnLoad(JavaVM* vm, void* reserved) {
   CLASS(g_string, "java/lang/String");
   CLASS(g_object, "java/lang/Object");
   CLASS(g_ndarray, "ai/kiln/NDArray");
-  CLASS(g_module, "ai/kiln/Module");
+  CLASS(g_module, "ai/kiln/KilnModule");
   CLASS(g_function, "ai/kiln/Function");
   CLASS(g_device, "ai/kiln/Device");
   CLASS(g_native_handle, "ai/kiln/NativeHandle");

@@ -15,7 +15,7 @@ import java.util.List;
  *
  * <p>Thread safety: the native function may be called from several threads at once, but a
  * Function object's argument list is not synchronised. Give each thread its own Function
- * ({@link Module#getFunction} returns a new one each time), or use {@link #call(Object...)},
+ * ({@link KilnModule#getFunction} returns a new one each time), or use {@link #call(Object...)},
  * which does not touch the argument list. The native shim keeps no per-thread state.
  *
  * <p>Arguments are borrowed for the call: NDArrays, Modules and Functions passed as arguments
@@ -32,7 +32,7 @@ public final class Function extends NativeHandle {
         return add(requireNonNull(value));
     }
 
-    public Function pushArg(Module value) {
+    public Function pushArg(KilnModule value) {
         return add(requireNonNull(value));
     }
 
@@ -85,7 +85,7 @@ public final class Function extends NativeHandle {
     }
 
     /**
-     * Calls the function with the given arguments (NDArray, Module, Function, Device, Long or
+     * Calls the function with the given arguments (NDArray, KilnModule, Function, Device, Long or
      * Integer, Double or Float, String, Value, null, or Object[] for a tuple) without touching
      * the collected ones.
      */

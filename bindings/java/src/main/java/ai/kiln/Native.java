@@ -30,7 +30,7 @@ final class Native {
     static native String functionName(long function);
     /**
      * Calls the function once with all arguments. args holds only null, Long, Double, String,
-     * NDArray, Module, Function, Device and Object[] (a tuple); returns the converted result.
+     * NDArray, KilnModule, Function, Device and Object[] (a tuple); returns the converted result.
      */
     static native Object functionCall(long function, Object[] args);
 

@@ -7,7 +7,7 @@ import java.util.List;
 /**
  * The result of a call: null, int, float, string, tensor, module, function, tuple or device.
  *
- * <p>Ownership: a tensor, module or function result is an open {@link NDArray}, {@link Module}
+ * <p>Ownership: a tensor, module or function result is an open {@link NDArray}, {@link KilnModule}
  * or {@link Function} that owns its runtime reference; {@code asNDArray()} etc. return that
  * object (the same one each time) and the caller closes it, or closes the Value, which closes
  * every object it holds (tuple items included). Unclosed objects are released by a Cleaner once
@@ -40,7 +40,7 @@ public final class Value implements AutoCloseable {
         if (p instanceof Double) return Kind.FLOAT;
         if (p instanceof String) return Kind.STRING;
         if (p instanceof NDArray) return Kind.TENSOR;
-        if (p instanceof Module) return Kind.MODULE;
+        if (p instanceof KilnModule) return Kind.MODULE;
         if (p instanceof Function) return Kind.FUNCTION;
         if (p instanceof Device) return Kind.DEVICE;
         if (p instanceof List) return Kind.TUPLE;
@@ -79,8 +79,8 @@ public final class Value implements AutoCloseable {
         return (NDArray) expect(Kind.TENSOR);
     }
 
-    public Module asModule() {
-        return (Module) expect(Kind.MODULE);
+    public KilnModule asModule() {
+        return (KilnModule) expect(Kind.MODULE);
     }
 
     public Function asFunction() {

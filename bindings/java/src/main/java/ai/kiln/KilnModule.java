@@ -14,11 +14,11 @@ import java.util.List;
  * <p>Thread safety: a Module may be shared between threads (the runtime is thread-safe), but
  * must not be closed while another thread uses it.
  *
- * <p>Import it by name ({@code import ai.kiln.Module;}): with only {@code import ai.kiln.*;} the
- * simple name is ambiguous with {@code java.lang.Module}.
+ * <p>Named {@code KilnModule}, not {@code Module}, so that {@code import ai.kiln.*;} compiles
+ * beside the implicit {@code java.lang.*} (whose {@code Module} the old name clashed with).
  */
-public final class Module extends NativeHandle {
-    Module(long handle) { // called by the JNI shim, which hands over one reference
+public final class KilnModule extends NativeHandle {
+    KilnModule(long handle) { // called by the JNI shim, which hands over one reference
         super(handle, Native::moduleRelease);
     }
 
@@ -28,11 +28,11 @@ public final class Module extends NativeHandle {
      * @throws KilnException IO when the file cannot be loaded, INVALID_FORMAT when it is not a
      *     Kiln library, VERSION_MISMATCH for another ABI version
      */
-    public static Module load(String path) {
+    public static KilnModule load(String path) {
         if (path == null) {
             throw new NullPointerException("path");
         }
-        return new Module(Native.moduleLoad(path));
+        return new KilnModule(Native.moduleLoad(path));
     }
 
     /**
@@ -73,6 +73,6 @@ public final class Module extends NativeHandle {
 
     @Override
     public String toString() {
-        return isClosed() ? "Module(closed)" : "Module(" + kind() + ")";
+        return isClosed() ? "KilnModule(closed)" : "KilnModule(" + kind() + ")";
     }
 }
