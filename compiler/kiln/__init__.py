@@ -16,6 +16,8 @@ _LAZY = {
     "arith": ("kiln.arith", None),
     "schedule": ("kiln.schedule", None),
     "Schedule": ("kiln.schedule", "Schedule"),
+    "tir": ("kiln.tir", None),              # kiln.tir.Schedule: the tutorials' spelling
+    "target": ("kiln.target", None),
     "ScheduleError": ("kiln.schedule", "ScheduleError"),
     "evaluate": ("kiln.ir.evaluator", "evaluate"),
     "lower": ("kiln.lower", None),
@@ -24,6 +26,7 @@ _LAZY = {
     "runtime": ("kiln.runtime", None),
     "nd": ("kiln.runtime.nd", None),
     "cpu": ("kiln.runtime", "cpu"),
+    "cuda": ("kiln.runtime", "cuda"),
     "Device": ("kiln.runtime", "Device"),
     "NDArray": ("kiln.runtime", "NDArray"),
     "Module": ("kiln.runtime", "Module"),

@@ -52,7 +52,7 @@ def test_target_features():
 
 
 @pytest.mark.parametrize("spec,message", [
-    ("cuda", "unknown target 'cuda'"),
+    ("cuda", "target 'cuda': no CUDA code generation"),
     ("llvm -mcpu", "bad target option"),
     ("llvm -opt=3", "unknown target option '-opt'"),
     ("llvm -mattr=avx2", "bad -mattr entry 'avx2'"),

@@ -15,7 +15,7 @@ built from runtime_c/ by runtime_c/build_ffi.py).
 
 from . import nd
 from ._base import KilnError, check, ffi, lib
-from .device import Device, cpu
+from .device import Device, cpu, cuda
 from .module import Function, Module, load_module
 from .ndarray import NDArray
 from .registry import get_func, register_func, unregister_func
@@ -33,5 +33,5 @@ def get_num_threads():
 
 
 __all__ = ["Device", "Function", "KilnError", "Module", "NDArray", "ProfileReport",
-           "VirtualMachine", "cpu", "get_func", "get_num_threads", "load_module", "nd",
+           "VirtualMachine", "cpu", "cuda", "get_func", "get_num_threads", "load_module", "nd",
            "register_func", "set_num_threads", "unregister_func"]

@@ -41,3 +41,9 @@ class Device:
 def cpu(device_id=0):
     """The host CPU."""
     return Device(lib.kDLCPU, device_id)
+
+
+def cuda(device_id=0):
+    """An NVIDIA GPU, ``kiln.cuda(0)``. The device can be named, but Kiln does not generate GPU
+    code yet: building for target "cuda" raises an error that says so."""
+    return Device(lib.kDLCUDA, device_id)

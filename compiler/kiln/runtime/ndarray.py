@@ -113,8 +113,29 @@ class NDArray:
             out[0].deleter(out[0])
             raise
 
+    def to_dlpack(self):
+        """A DLPack capsule (the legacy "dltensor" protocol, for consumers that take a capsule
+        rather than an object with ``__dlpack__``) sharing this array's memory.
+
+        >>> torch.utils.dlpack.from_dlpack(kiln.nd.array(np.ones(3)).to_dlpack())  # doctest: +SKIP
+        """
+        return self.__dlpack__()
+
+    def _readable(self):
+        return self.device.device_type == lib.kDLCPU
+
+    def __str__(self):
+        """The values as numpy prints them: ``[0. 1. 2.]``."""
+        return str(self.numpy(copy=False)) if self._readable() else repr(self)
+
     def __repr__(self):
-        return f"kiln.NDArray(shape={self.shape}, dtype={self.dtype}, device={self.device})"
+        """``kiln.nd.array([0., 1., 2.], dtype=float32)``, as numpy's repr with this module's
+        name (and the device when it is not the CPU)."""
+        if not self._readable():
+            return f"kiln.nd.NDArray(shape={self.shape}, dtype={self.dtype}, device={self.device})"
+        import numpy as np
+        body = np.array2string(self.numpy(copy=False), separator=", ", prefix="kiln.nd.array(")
+        return f"kiln.nd.array({body}, dtype={self.dtype})"
 
 
 def _copy_of(arr):

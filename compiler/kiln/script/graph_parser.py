@@ -76,6 +76,7 @@ class _GraphParser:
         self.symp = _SymParser(self.src, self.sym)
         self.scopes: List[Dict[str, GraphVar]] = [{}]
         self.expired: Dict[str, int] = {}   # dataflow-local name -> line of its block
+        self.aliases = {"cls"}                # names of the module itself (cls = MyModule)
 
     def err(self, node, msg: str) -> ScriptError:
         return self.src.error(node, msg)
@@ -106,7 +107,7 @@ class _GraphParser:
             self.scopes[-1][arg.arg] = params[-1]
         blocks, loose, attrs, ret = [], [], None, None
         for node in body:
-            if _decl(node):
+            if _decl(node) or self.module_alias(node):
                 continue
             if ret is not None:
                 raise self.err(node, "statements after return")
@@ -147,6 +148,16 @@ class _GraphParser:
                                f"match the type of the returned value, {to_text(ret.ty)}")
         attrs = {k: v for k, v in (attrs or {}).items() if k != PARAM_NAMES_ATTR}
         return Function(tuple(params), tuple(blocks), ret, tuple(attrs.items()))
+
+    def module_alias(self, node) -> bool:
+        """``cls = MyModule`` at the top of a function: ``cls.f`` then names the module's ``f``
+        (the spelling of the tutorials; Kiln prints ``MyModule.f``)."""
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name) and isinstance(node.value, ast.Name)
+                and self.ctx.name and node.value.id == self.ctx.name):
+            return False
+        self.aliases.add(node.targets[0].id)
+        return True
 
     def param_names(self, body) -> dict:
         """The printer's ``"kiln.param_names"`` attribute (printed name -> real name), if any."""
@@ -289,7 +300,7 @@ class _GraphParser:
             raise self.err(node, f"expected a module function such as {self.ctx.name or 'Module'}.main, "
                            f"got {brief(node)}")
         if self.ctx.name:  # inside a module: its own functions, by its class name or cls
-            if parts[0] not in (self.ctx.name, "cls"):
+            if parts[0] != self.ctx.name and parts[0] not in self.aliases:
                 raise self.err(node, f"{brief(node)}: module functions are named "
                                f"{self.ctx.name}.<function> (or cls.<function>)")
             if parts[1] not in self.ctx.function_names:
@@ -315,27 +326,11 @@ class _GraphParser:
             return ExternFunc(name) if fn == "R.ExternFunc" else GlobalVar(name)
         if fn in _NOT_VALUES:
             raise self.err(node, f"{fn}(...) is not a value here")
+        if fn in ("R.call_tir", "R.call_dps_packed"):
+            return self.call_dps(node, fn)
         attrs = self.kwargs(node)
         if fn == "R.call_if":
             return self.call_if(node, attrs)
-        if fn in ("R.call_tir", "R.call_dps_packed"):
-            if len(node.args) != 3:
-                raise self.err(node, f"{fn}(func, (args...), out_type) takes 3 positional arguments, "
-                               f"got {len(node.args)}")
-            f, args_node, ty_node = node.args
-            if fn == "R.call_tir":
-                target = self.expr(f)
-                if not isinstance(target, GlobalVar):
-                    raise self.err(f, f"R.call_tir calls a tensor program of the module, such as "
-                                   f"{self.ctx.name or 'Module'}.f; got {brief(f)}")
-            elif isinstance(f, ast.Call):
-                target = self.expr(f)
-            else:
-                target = ExternFunc(self.string(f, "an external function name"))
-            args = self.expr(args_node)
-            if not isinstance(args.ty, TupleType):
-                raise self.err(args_node, f"the arguments of {fn} are a tuple: ({brief(args_node)},)")
-            return Call(fn[2:], (target, args), tuple(attrs.items()), self.typ(ty_node))
         args = list(node.args)
         if fn == "R.call_op":
             if not args:
@@ -349,6 +344,40 @@ class _GraphParser:
             return ops.call(op, *values, **attrs)
         except (ValueError, TypeError, IndexError, KeyError) as e:
             raise self.err(node, str(e)) from None
+
+    def call_dps(self, node: ast.Call, fn: str) -> Call:
+        """``R.call_tir(Module.f, (args...), out_type)`` / ``R.call_dps_packed("name", (args...),
+        out_type)``; the output type may also be given as ``out_sinfo=``, and as a list of
+        tensor types (one output for a one-item list, else a tuple of outputs)."""
+        sinfo = [k for k in node.keywords if k.arg == "out_sinfo"]
+        rest = [k for k in node.keywords if k.arg != "out_sinfo"]
+        positional = list(node.args) + [k.value for k in sinfo]
+        if len(positional) != 3:
+            raise self.err(node, f"{fn}(func, (args...), out_sinfo) takes the function, its argument "
+                           f"tuple and the output type (positional or out_sinfo=), got "
+                           f"{len(positional)} of them")
+        f, args_node, ty_node = positional
+        attrs = self.kwargs(ast.Call(node.func, [], rest))
+        if fn == "R.call_tir":
+            target = self.expr(f)
+            if not isinstance(target, GlobalVar):
+                raise self.err(f, f"R.call_tir calls a tensor program of the module, such as "
+                               f"{self.ctx.name or 'Module'}.f; got {brief(f)}")
+        elif isinstance(f, ast.Call):
+            target = self.expr(f)
+        else:
+            target = ExternFunc(self.string(f, "an external function name"))
+        args = self.expr(args_node)
+        if not isinstance(args.ty, TupleType):
+            raise self.err(args_node, f"the arguments of {fn} are a tuple: ({brief(args_node)},)")
+        if isinstance(ty_node, ast.List):
+            if not ty_node.elts:
+                raise self.err(ty_node, f"{fn}: out_sinfo lists at least one output type")
+            types = [self.typ(e) for e in ty_node.elts]
+            ty = types[0] if len(types) == 1 else TupleType(tuple(types))
+        else:
+            ty = self.typ(ty_node)
+        return Call(fn[2:], (target, args), tuple(attrs.items()), ty)
 
     def call_if(self, node: ast.Call, attrs: dict):
         """``R.call_if(cond, Module.then_f, Module.else_f, (args...), out_type)``."""

@@ -5,9 +5,11 @@ parser knows (``T.block``, ``T.axis.spatial``, ``T.reads``, ``T.grid``, ...); ca
 Python raises. Three kinds of names do work at run time:
 
 - ``T.prim_func``, the decorator that parses the function it decorates into a ``PrimFunc``;
-- ``T.Buffer(shape, dtype)`` and ``T.int32`` etc. in parameter annotations (Python evaluates
-  annotations when it defines the function; with symbolic sizes, ``T.Buffer((n, 4))``, put
-  ``from __future__ import annotations`` at the top of the file, or use ``kiln.script.parse``);
+- ``T.Buffer(shape, dtype)`` (or the older ``T.Buffer[shape, dtype]``), ``T.handle`` (whose
+  buffer ``A = T.match_buffer(a, shape, dtype)`` declares in the body) and ``T.int32`` etc. in
+  parameter annotations (Python evaluates annotations when it defines the function; with
+  symbolic sizes, ``T.Buffer((n, 4))``, put ``from __future__ import annotations`` at the top
+  of the file, use ``T.handle`` + ``T.match_buffer``, or use ``kiln.script.parse``);
 - the expression builders (``T.exp``, ``T.min``, ``T.Select``, ``T.Cast``, ``T.float32(1)``,
   ...), which build IR from Python too (handy in ``te.compute`` lambdas). The parser calls
   these same builders, so script and Python agree on types.
@@ -48,10 +50,35 @@ class BufferSpec(NamedTuple):
     scope: str = "global"
 
 
-def Buffer(shape, dtype: str = "float32", scope: str = "global") -> BufferSpec:  # noqa: N802
-    """Parameter annotation: ``A: T.Buffer((8, 4), "float32")`` (``scope="local"`` optional)."""
-    return BufferSpec(tuple(shape) if isinstance(shape, (tuple, list)) else (shape,),
-                      _dt.check(dtype), scope)
+class _BufferAnnotation:
+    """``T.Buffer``: the parameter annotation ``A: T.Buffer((8, 4), "float32")`` (``scope="local"``
+    optional); the older subscript spelling ``T.Buffer[(8, 4), "float32"]`` (or ``T.Buffer[8,
+    "float32"]``) is read the same way. Kiln prints the call form."""
+
+    def __call__(self, shape, dtype: str = "float32", scope: str = "global") -> BufferSpec:
+        return BufferSpec(tuple(shape) if isinstance(shape, (tuple, list)) else (shape,),
+                          _dt.check(dtype), scope)
+
+    def __getitem__(self, key) -> BufferSpec:
+        return self(*key) if isinstance(key, tuple) and len(key) == 2 else self(key)
+
+    def __repr__(self):
+        return "T.Buffer"
+
+
+Buffer = _BufferAnnotation()
+
+
+class _Handle:
+    """``T.handle``: the annotation of a parameter whose buffer is declared in the body with
+    ``A = T.match_buffer(a, (8,), "float32")``. The parameter then is that buffer; Kiln prints it
+    back as ``A: T.Buffer((8,), "float32")``."""
+
+    def __repr__(self):
+        return "T.handle"
+
+
+handle = _Handle()
 
 
 # ---- expression builders ---------------------------------------------------------------------
@@ -171,6 +198,7 @@ _MARKERS = {
     "block_attr": 'Block annotations: `T.block_attr({"key": value})`.',
     "alloc_buffer": 'A scratch buffer: `X = T.alloc_buffer((4, 4), "float32", scope="local")`.',
     "func_attr": 'Function attributes: `T.func_attr({"global_symbol": "main"})`.',
+    "match_buffer": 'The buffer of a `T.handle` parameter: `A = T.match_buffer(a, (n, 4), "float32")`.',
     "evaluate": "An expression statement: `T.evaluate(x)`.",
     "grid": "Perfectly nested serial loops: `for i, j in T.grid(4, 8):`.",
     "serial": "A serial loop: `T.serial(n)` or `T.serial(start, stop, annotations={...})`.",

@@ -98,12 +98,15 @@ class _FuncParser(ExprParser):
             decl = self.symbolic_decl(node)
             if decl:
                 self.bind(decl[0], Var(decl[0], decl[1]), node)
+        # `a: T.handle` parameters get their buffer from `A = T.match_buffer(a, ...)` in the body.
+        handles = {arg.arg: k for k, arg in enumerate(a.args)
+                   if arg.annotation is not None and dotted(arg.annotation) == "T.handle"}
         for k, arg in enumerate(a.args):
-            if params[k] is None:
-                ann = arg.annotation
+            if params[k] is None and arg.arg not in handles:
+                ann = self.buffer_call(arg.annotation)
                 if self.callee(ann) != "T.Buffer":
                     raise self.err(arg, f"parameter {arg.arg!r}: expected an annotation "
-                                   f"T.Buffer(shape, dtype) or T.int32/T.int64, got "
+                                   f"T.Buffer(shape, dtype), T.handle or T.int32/T.int64, got "
                                    f"{brief(ann) if ann is not None else 'none'}")
                 try:
                     params[k] = self.buffer(arg.arg, ann)
@@ -117,13 +120,17 @@ class _FuncParser(ExprParser):
         explicit_root = None
         # A lone `with T.block("root"):` is the root block itself, written out (the printer does
         # that when the root has annotations or regions).
-        rest = [n for n in body if not self.symbolic_decl(n) and not self.is_func_attr(n)]
+        rest = [n for n in body if not self.symbolic_decl(n) and not self.is_func_attr(n)
+                and not self.is_match_buffer(n)]
         lone_root = root and len(rest) == 1 and self.is_root_block(rest[0])
         for node in body:
             if self.symbolic_decl(node):
                 continue
             call = node.value if isinstance(node, (ast.Expr, ast.Assign)) else None
-            if isinstance(node, ast.Expr) and self.callee(call) == "T.func_attr":
+            if self.is_match_buffer(node):
+                k = self.match_buffer(node, handles, params)
+                self.bind(node.targets[0].id, params[k], node)
+            elif isinstance(node, ast.Expr) and self.callee(call) == "T.func_attr":
                 self.args(call, 1, 1)
                 if attrs:
                     raise self.err(node, "T.func_attr(...) is given twice")
@@ -141,6 +148,10 @@ class _FuncParser(ExprParser):
                 s = self.stmt(node)
                 if s is not None:
                     stmts.append(s)
+        for name, k in handles.items():
+            if params[k] is None:
+                raise self.err(a.args[k], f"parameter {name!r} is a T.handle without a buffer: "
+                               f"declare it at the top of the body, A = T.match_buffer({name}, shape, dtype)")
         if explicit_root is not None:
             func_body = explicit_root
         else:
@@ -156,6 +167,36 @@ class _FuncParser(ExprParser):
         call = node.items[0].context_expr
         return (self.callee(call) == "T.block" and len(call.args) == 1
                 and isinstance(call.args[0], ast.Constant) and call.args[0].value == "root")
+
+    def is_match_buffer(self, node) -> bool:
+        return isinstance(node, ast.Assign) and self.callee(node.value) == "T.match_buffer"
+
+    def match_buffer(self, node: ast.Assign, handles: Dict[str, int], params: list) -> int:
+        """``A = T.match_buffer(a, shape, dtype)`` for the ``T.handle`` parameter ``a``: the
+        parameter becomes buffer ``A``. Returns the parameter's position."""
+        call = node.value
+        if len(node.targets) != 1 or not isinstance(node.targets[0], ast.Name):
+            raise self.err(node, "T.match_buffer(...) is assigned to one name: A = T.match_buffer(a, ...)")
+        self.args(call, 2, 3, ("dtype", "scope"))
+        h = call.args[0]
+        if not isinstance(h, ast.Name) or h.id not in handles:
+            names = ", ".join(handles) or "none"
+            raise self.err(h, f"T.match_buffer's first argument is a T.handle parameter "
+                           f"({names}), got {brief(h)}")
+        k = handles[h.id]
+        if params[k] is not None:
+            raise self.err(node, f"parameter {h.id!r} is matched to a buffer twice")
+        params[k] = self.buffer(node.targets[0].id, ast.Call(call.func, call.args[1:], call.keywords))
+        return k
+
+    def buffer_call(self, ann):
+        """The old subscript spelling ``T.Buffer[shape, dtype]`` as the call ``T.Buffer(shape, dtype)``."""
+        if isinstance(ann, ast.Subscript) and dotted(ann.value) == "T.Buffer":
+            s = ann.slice
+            args = list(s.elts) if isinstance(s, ast.Tuple) and len(s.elts) == 2 \
+                and isinstance(s.elts[1], ast.Constant) and isinstance(s.elts[1].value, str) else [s]
+            return ast.copy_location(ast.Call(ann.value, args, []), ann)
+        return ann
 
     def buffer(self, name: str, call: ast.Call) -> Buffer:
         """``T.Buffer(shape, dtype, scope=...)`` or ``T.alloc_buffer(...)`` as a Buffer ``name``."""
@@ -253,6 +294,8 @@ class _FuncParser(ExprParser):
             raise self.err(node, f"{fn}(...) must be directly inside a with T.block(...)")
         if fn == "T.alloc_buffer":
             raise self.err(node, "T.alloc_buffer(...) belongs at the top of a block or of the function")
+        if fn == "T.match_buffer":
+            raise self.err(node, "T.match_buffer(...) belongs at the top of the function body")
         raise self.err(node, f"cannot assign to {brief(target)} here: expected a buffer store "
                        "B[i] = ...; scalar local variables are not supported (use a local buffer)")
 

@@ -1,7 +1,7 @@
 """Graph passes and pipelines (DESIGN.md, "Passes"): each factory returns a pure
 ``IRModule -> IRModule`` pass, e.g. ``kiln.transform.legalize()(mod)``.
 
-- ``bind_params(func_name, params)``: parameters -> constants
+- ``bind_params(func_name, params)`` (also spelled ``BindParams``): parameters -> constants
 - ``legalize()``: operator calls -> ``call_tir`` of tensor programs
 - ``fuse_ops()``: groups of operators -> one tensor program each
 - ``fold_constant()``: evaluate what depends only on constants
@@ -9,6 +9,8 @@
 - ``default_schedule()``: a schedule per kernel kind for every unscheduled tensor program
 - ``conv_winograd()``: 3x3 stride-1 conv2d as Winograd F(4x4 or 2x2, 3x3) where a cost rule says
   it is faster; ``default_schedule`` schedules its transform kernels (docs/winograd.md)
+- ``fuse_attention()``: softmax(q @ kt * scale + mask) @ v -> one ``attention`` call, one kernel
+  per block of query rows (``schedule_attention.py``)
 - ``convert_layout_nchwc()``: channel-blocked (NCHW[b]c) activations from conv to conv
   (docs/layout.md; ``schedule_nchwc.py`` schedules its depthwise convs and pools)
 - ``Sequential``, ``PassContext`` (options, passed explicitly); pipelines:
@@ -22,7 +24,7 @@ for the blocked tile), ``graph_util.py`` the graph rewriting
 helpers, ``well_formed.py`` the module check run by ``PassContext(verify=True)``.
 """
 from .infra import Pass, PassContext, Sequential
-from .bind_params import BindParamsError, bind_params
+from .bind_params import BindParams, BindParamsError, bind_params
 from .legalize import legalize
 from .kernels import LegalizeError
 from .fold_constant import fold_constant
@@ -31,10 +33,11 @@ from .eliminate_common_subexpr import eliminate_common_subexpr
 from .fuse_ops import fuse_ops
 from .default_schedule import default_schedule
 from .conv_winograd import conv_winograd
+from .fuse_attention import fuse_attention
 from .layout_nchwc import convert_layout_nchwc
 from .pipeline import get_pipeline
 from .well_formed import WellFormedError, check_well_formed
 
-__all__ = ["Pass", "PassContext", "Sequential", "BindParamsError", "LegalizeError", "bind_params",
+__all__ = ["Pass", "PassContext", "Sequential", "BindParams", "BindParamsError", "LegalizeError", "bind_params",
            "legalize", "fold_constant", "dead_code_elimination", "eliminate_common_subexpr",
-           "fuse_ops", "default_schedule", "conv_winograd", "convert_layout_nchwc", "get_pipeline", "WellFormedError", "check_well_formed"]
+           "fuse_ops", "default_schedule", "conv_winograd", "fuse_attention", "convert_layout_nchwc", "get_pipeline", "WellFormedError", "check_well_formed"]

@@ -135,3 +135,8 @@ def _specialize(func: Function, sizes: Dict[Var, int]) -> Function:
                                 bl.dataflow, tuple(vmap[v] for v in bl.outputs))
                    for bl in func.blocks)
     return Function(tuple(vmap[p] for p in func.params), blocks, fix(func.body), func.attrs)
+
+
+# The spelling of the tutorials users bring (a pass class there): the same factory, so
+# ``kiln.transform.BindParams("main", params)(mod)`` is ``bind_params("main", params)(mod)``.
+BindParams = bind_params
