@@ -4,6 +4,7 @@ time a compiled library.
     kiln compile model.onnx -o model.so [--target llvm] [--pipeline default] [--shape x=1,3,224,224]
                                         [--tuning-db tuning.jsonl]
     kiln tune model.onnx --db tuning.jsonl [--trials N] [--time 10m] [--threads N]
+              [--scheduler tcp://host:8786] [--plot curve.png]
     kiln inspect model.so [--disassemble]
     kiln run model.so --input x=x.npy [--output y.npy]      (or --random for seeded inputs)
     kiln bench model.so [--threads 1] [--repeat 20] [--profile]
@@ -255,14 +256,24 @@ def cmd_tune(args) -> int:
         raise CLIError(f"--trials must be at least 1, got {args.trials}")
     if args.threads is not None and args.threads < 1:
         raise CLIError(f"--threads must be at least 1, got {args.threads}")
+    executor = None
     try:
+        if args.scheduler:
+            from .tune.dask_executor import DaskExecutor
+            try:
+                executor = DaskExecutor(args.scheduler)
+            except (ImportError, OSError) as e:
+                raise CLIError(f"--scheduler {args.scheduler}: {e}") from None
         report = kiln.tune(mod, target=args.target, db=args.db, trials=args.trials,
                            time_budget_s=args.time, num_threads=args.threads,
-                           ctx=PassContext(), progress=not args.quiet)
+                           ctx=PassContext(), progress=not args.quiet, executor=executor)
     except Exception as e:
-        if type(e).__name__ == "CodegenError":   # a bad --target
+        if type(e).__name__ in ("CodegenError", "NoWorkerError"):   # a bad --target, no worker
             raise CLIError(str(e)) from None
         raise
+    finally:
+        if executor is not None:
+            executor.close()
     print(report)
     print(f"records in {args.db}; compile with: kiln compile {args.model} --tuning-db {args.db}"
           + (f" --target '{args.target}'" if args.target != "llvm" else ""))
@@ -400,6 +411,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="pin the shape of graph input NAME (repeatable)")
     t.add_argument("--const-input", type=_parse_value, action="append", metavar="NAME=VALUE",
                    help="fix graph input NAME to a value at compile time (repeatable)")
+    t.add_argument("--scheduler", metavar="ADDRESS", help="measure on the workers of this Dask "
+                   "cluster (e.g. tcp://host:8786) instead of this machine; see docs/tuning.md")
     t.add_argument("-q", "--quiet", action="store_true", help="no progress bar or messages on stderr")
     t.set_defaults(func=cmd_tune)
 

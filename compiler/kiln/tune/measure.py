@@ -18,7 +18,8 @@ crashes (the process dies: a segfault in generated code), hangs past its time li
 raises is recorded as a failed result with the reason (``build_error``, ``run_error``,
 ``timeout``; ``wrong_result`` when the outputs differ from the reference) and is started
 again for the next candidate: nothing a candidate does stops the tuner. Another executor
-(e.g. a distributed engine's) implements the same ``measure`` method.
+implements the same ``measure`` method: ``dask_executor.DaskExecutor`` sends the same build
+and run jobs to the workers of a Dask cluster.
 """
 from __future__ import annotations
 
@@ -226,12 +227,23 @@ class Executor:
     """Builds and runs candidates. ``measure(inputs, on_result, run_timeout_s)`` returns one
     ``MeasureResult`` per input, in order, calling ``on_result(i, result)`` as each is known
     (so its caller can record it at once); ``run_timeout_s`` bounds one run (default: the
-    executor's). ``close()`` frees what it holds."""
+    executor's). ``slots``: how many candidates it builds at once (the tuner's batches are
+    twice that). ``time_models`` times compiled models end to end where candidates run
+    (``run_models``). ``close()`` frees what it holds."""
+
+    slots: int = 1
 
     def measure(self, inputs: Sequence[MeasureInput],
                 on_result: Optional[Callable[[int, MeasureResult], None]] = None,
                 run_timeout_s: Optional[float] = None) -> List[MeasureResult]:
         raise NotImplementedError
+
+    def time_models(self, lib_paths: Sequence[str], function: str, specs: Sequence[ArgSpec],
+                    threads: int, rounds: int, calls: int, seed: int, target_key: str,
+                    timeout_s: float) -> Outcome:
+        """``run_models(lib_paths, ...)`` on a runner of the target ``target_key``, as a
+        ``workers.Outcome``: ``("ok", [seconds per call of each])`` or a failure."""
+        return ("error", f"{type(self).__name__} does not time whole models")
 
     def close(self) -> None:
         pass
@@ -248,6 +260,37 @@ def _short(message: str, limit: int = 600) -> str:
     return message if len(message) <= limit else message[:limit] + " ..."
 
 
+def build_failure(kind: str, value: Any) -> MeasureResult:
+    """The result of a candidate whose build ended with the ``workers.Outcome`` (kind, value),
+    kind not ``"ok"``."""
+    if kind == "timeout":
+        return MeasureResult("timeout", f"build: {value}")
+    if kind == "died":
+        return MeasureResult("build_error", f"the builder process died: {value}")
+    return MeasureResult("build_error", _short(str(value)))
+
+
+def run_result(kind: str, value: Any) -> MeasureResult:
+    """The result of a candidate whose run (``run_candidate`` in a runner process) ended with
+    the ``workers.Outcome`` (kind, value)."""
+    if kind == "timeout":
+        return MeasureResult("timeout", f"run: {value}")
+    if kind == "died":
+        return MeasureResult("run_error", f"the runner process died: {value}")
+    if kind != "ok":
+        return MeasureResult("run_error", _short(str(value)))
+    if value["status"] != "ok":
+        return MeasureResult(value["status"], value.get("message", ""))
+    return MeasureResult("ok", "", value["median_s"], value["min_s"], value.get("outputs"),
+                         extra={"number": value["number"]})
+
+
+def run_args(m: MeasureInput, options: MeasureOptions) -> tuple:
+    """``run_candidate``'s arguments after the library path, for the candidate ``m``."""
+    t = m.task
+    return (t.args, t.threads, options, m.reference, m.reference is None)
+
+
 class LocalExecutor(Executor):
     """Builder processes (``build_workers``, default: every core) and one runner process on
     this machine (module docstring). ``builder`` is the module-level function a builder runs,
@@ -261,6 +304,10 @@ class LocalExecutor(Executor):
         self.runner = Worker()
         self.builder = builder
 
+    @property
+    def slots(self) -> int:
+        return len(self.builders)
+
     def measure(self, inputs, on_result=None, run_timeout_s=None):
         opts = self.options
         results: List[Optional[MeasureResult]] = [None] * len(inputs)
@@ -272,35 +319,21 @@ class LocalExecutor(Executor):
         for i, (m, (kind, value)) in enumerate(zip(inputs, built)):
             if kind == "ok":
                 t0 = time.perf_counter()
-                res = self._run(m, value, run_timeout_s or opts.run_timeout_s)
+                res = run_result(*self.runner.call(run_candidate, (value,) + run_args(m, opts),
+                                                   run_timeout_s or opts.run_timeout_s))
                 res.run_s = time.perf_counter() - t0
-            elif kind == "timeout":
-                res = MeasureResult("timeout", f"build: {value}")
-            elif kind == "died":
-                res = MeasureResult("build_error", f"the builder process died: {value}")
             else:
-                res = MeasureResult("build_error", _short(value))
+                res = build_failure(kind, value)
             res.build_s = per_build
             results[i] = res
             if on_result is not None:
                 on_result(i, res)
         return results  # type: ignore[return-value]
 
-    def _run(self, m: MeasureInput, lib_path: str, timeout_s: float) -> MeasureResult:
-        t = m.task
-        kind, value = self.runner.call(
-            run_candidate, (lib_path, t.args, t.threads, self.options, m.reference,
-                            m.reference is None), timeout_s)
-        if kind == "timeout":
-            return MeasureResult("timeout", f"run: {value}")
-        if kind == "died":
-            return MeasureResult("run_error", f"the runner process died: {value}")
-        if kind == "error":
-            return MeasureResult("run_error", _short(value))
-        if value["status"] != "ok":
-            return MeasureResult(value["status"], value.get("message", ""))
-        return MeasureResult("ok", "", value["median_s"], value["min_s"], value.get("outputs"),
-                             extra={"number": value["number"]})
+    def time_models(self, lib_paths, function, specs, threads, rounds, calls, seed,
+                    target_key, timeout_s):
+        return self.runner.call(run_models, (list(lib_paths), function, list(specs), threads,
+                                             rounds, calls, seed), timeout_s)
 
     def close(self) -> None:
         for w in self.builders + [self.runner]:

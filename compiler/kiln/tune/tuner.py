@@ -202,7 +202,7 @@ def tune(mod, target="llvm", db="tuning.jsonl", trials: Optional[int] = None,
     report.kernels = [s.report for s in states]
     own = executor is None
     executor = executor or LocalExecutor(options)
-    batch = batch or 2 * len(getattr(executor, "builders", [None, None]))
+    batch = batch or 2 * max(1, executor.slots)
     bar = _progress_bar(progress, states, trials)
 
     # The final check (``confirm``) gets the last tenth of a time budget.
@@ -255,7 +255,8 @@ def tune(mod, target="llvm", db="tuning.jsonl", trials: Optional[int] = None,
         changed = [s for s in states if s.report.best_decisions
                    and s.report.best_decisions != s.report.default_decisions]
         if check_model and pipeline and changed and any(s.report.new for s in states):
-            _check_model(mod, target, threads, ctx, database.path, executor, report)
+            _check_model(mod, target, threads, ctx, database.path, executor, report,
+                         states[0].task.target_key)
     except KeyboardInterrupt:
         report.interrupted = True
     finally:
@@ -351,17 +352,13 @@ def _confirm(states: List[_TaskState], executor: Executor, record, rounds: int =
 
 
 def _check_model(mod, target, threads: int, ctx, db: str, executor: Executor,
-                 report: TuneReport, rounds: int = 7) -> None:
-    """The model compiled without and with the records, timed end to end alternately in the
-    executor's runner process (``measure.run_models``)."""
+                 report: TuneReport, target_key: str, rounds: int = 7) -> None:
+    """The model compiled without and with the records, timed end to end alternately where
+    the executor runs candidates (``Executor.time_models``, ``measure.run_models``)."""
     from ..executable import compile as compile_model
     from ..transform.infra import PassContext
     from ..transform.pipeline import get_pipeline
     from .workload import ArgSpec
-    runner = getattr(executor, "runner", None)
-    if runner is None:
-        report.model_note = "not measured end to end (the executor has no local runner)"
-        return
     base = (ctx or PassContext()).replace(target=str(target), cores=threads)
     libs, spec = [], None
     for c in (base.replace(tuning_db=None), base.replace(tuning_db=db)):
@@ -375,9 +372,8 @@ def _check_model(mod, target, threads: int, ctx, db: str, executor: Executor,
     args = [ArgSpec(tuple(p.shape), p.dtype, False) for p in spec.params]
     est = report.default_model_s or 1e-3
     calls = max(1, int(0.02 / max(est, 1e-6)))
-    from .measure import run_models
-    kind, value = runner.call(run_models, (libs, spec.name, args, threads, rounds, calls, 0),
-                              max(60.0, 50 * rounds * calls * est))
+    kind, value = executor.time_models(libs, spec.name, args, threads, rounds, calls, 0,
+                                       target_key, max(60.0, 50 * rounds * calls * est))
     if kind != "ok":
         report.model_note = f"the end-to-end check failed ({kind}): {str(value).splitlines()[0]}"
         return
