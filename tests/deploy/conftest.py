@@ -9,6 +9,7 @@ examples/c/export_mlp.py) and writes, into a session tmp dir:
 - the input, each parameter and the expected output (the Python VM's result) as raw
   little-endian float32 files (``*.bin``, C order) and as ``.npy``.
 
+``java_build`` builds bindings/java (kiln.jar, libkiln_jni.so, the compiled example).
 ``runtime_build`` builds runtime_c (``make -C runtime_c all asan``, under the build lock of
 tests/conftest.py) and returns its include dir and copies of its libraries; ``runtime_make``
 (tests/conftest.py) runs other targets under the same lock.
@@ -17,7 +18,10 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import os
 import pathlib
+import shutil
+import subprocess
 from typing import List, Tuple
 
 import numpy as np
@@ -25,6 +29,7 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 RUNTIME = ROOT / "runtime_c"
+JAVA_DIR = ROOT / "bindings" / "java"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,3 +120,32 @@ def mlp_artifact(_mlp_export) -> MLPArtifact:
         param_npys=[out / f"param{i}.npy" for i in range(n)], expected_npy=out / "expected.npy",
         input_shape=tuple(x.shape), param_shapes=[tuple(p.shape) for p in params],
         output_shape=tuple(y.shape))
+
+
+def _java_home():
+    if os.environ.get("JAVA_HOME"):
+        return pathlib.Path(os.environ["JAVA_HOME"])
+    javac = shutil.which("javac")
+    return pathlib.Path(os.path.realpath(javac)).parents[1] if javac else None
+
+
+@pytest.fixture(scope="session")
+def java_build(build_lock, tmp_path_factory):
+    """Builds bindings/java (its make also asks runtime_c's) under the build lock and copies
+    the jar, the JNI library and the compiled example into a session dir, so parallel workers
+    and other sessions never rebuild them under a running JVM."""
+    home = _java_home()
+    if home is None or not (home / "bin" / "javac").exists():
+        pytest.skip("no JDK (javac) found")
+    if shutil.which(os.environ.get("CC", "cc")) is None:
+        pytest.skip("needs a C compiler (cc) for libkiln_jni.so")
+    out = tmp_path_factory.mktemp("java")
+    with build_lock():
+        subprocess.run(["make", "-s", "-C", str(JAVA_DIR), "all", "example"], check=True,
+                       timeout=300, env={**os.environ, "JAVA_HOME": str(home)})
+        shutil.copyfile(JAVA_DIR / "build" / "kiln.jar", out / "kiln.jar")
+        shutil.copyfile(JAVA_DIR / "build" / "libkiln_jni.so", out / "libkiln_jni.so")
+        shutil.copytree(JAVA_DIR / "build" / "examples", out / "examples")
+    return {"jar": out / "kiln.jar", "lib": out / "libkiln_jni.so", "lib_dir": out,
+            "examples": out / "examples", "java": home / "bin" / "java", "javac": home / "bin" / "javac",
+            "home": home}

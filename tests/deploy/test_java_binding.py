@@ -9,47 +9,13 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
-import pathlib
-import shutil
 import subprocess
 
 import numpy as np
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
-JAVA_DIR = ROOT / "bindings" / "java"
-BUILD = JAVA_DIR / "build"
-
 # KilnException status codes (kiln_runtime.h).
 SHAPE_MISMATCH, DTYPE_MISMATCH, NOT_FOUND, IO, INVALID_FORMAT = 0x11, 0x12, 0x20, 0x30, 0x31
-
-
-def _java_home():
-    if os.environ.get("JAVA_HOME"):
-        return pathlib.Path(os.environ["JAVA_HOME"])
-    javac = shutil.which("javac")
-    return pathlib.Path(os.path.realpath(javac)).parents[1] if javac else None
-
-
-@pytest.fixture(scope="session")
-def java_build(build_lock, tmp_path_factory):
-    """Builds bindings/java (its make also asks runtime_c's) under the build lock and copies
-    the jar, the JNI library and the compiled example into a session dir, so parallel workers
-    and other sessions never rebuild them under a running JVM."""
-    home = _java_home()
-    if home is None or not (home / "bin" / "javac").exists():
-        pytest.skip("no JDK (javac) found")
-    if shutil.which(os.environ.get("CC", "cc")) is None:
-        pytest.skip("needs a C compiler (cc) for libkiln_jni.so")
-    out = tmp_path_factory.mktemp("java")
-    with build_lock():
-        subprocess.run(["make", "-s", "-C", str(JAVA_DIR), "all", "example"], check=True,
-                       timeout=300, env={**os.environ, "JAVA_HOME": str(home)})
-        shutil.copyfile(BUILD / "kiln.jar", out / "kiln.jar")
-        shutil.copyfile(BUILD / "libkiln_jni.so", out / "libkiln_jni.so")
-        shutil.copytree(BUILD / "examples", out / "examples")
-    return {"jar": out / "kiln.jar", "lib": out / "libkiln_jni.so", "lib_dir": out,
-            "examples": out / "examples", "java": home / "bin" / "java"}
 
 
 def _deterministic(k, shape):
@@ -92,7 +58,7 @@ def test_run_model_example(java_build, mlp_artifact):
 def jvm(java_build):
     jpype = pytest.importorskip("jpype")
     if not jpype.isJVMStarted():
-        libjvm = _java_home() / "lib" / "server" / "libjvm.so"
+        libjvm = java_build["home"] / "lib" / "server" / "libjvm.so"
         jpype.startJVM(str(libjvm) if libjvm.exists() else jpype.getDefaultJVMPath(),
                        f"-Djava.library.path={java_build['lib_dir']}",
                        f"-Dkiln.jni.library={java_build['lib']}",
