@@ -15,6 +15,7 @@ from typing import NamedTuple
 from ._base import KilnError, lib
 from .device import Device, cpu
 from .module import Module, load_module
+from .timing import time_evaluator
 
 
 class VirtualMachine:
@@ -67,6 +68,15 @@ class VirtualMachine:
         """Runs function ``name`` on ``args`` once and returns a ``ProfileReport``: per kernel,
         external function and other VM instruction, its calls and total time."""
         return ProfileReport(name, [ProfileRow(*row) for row in self.module["profile"](name, *args)])
+
+    def time_evaluator(self, name, device=None, number=10, repeat=1, min_repeat_ms=0):
+        """A timer for function ``name``: ``vm.time_evaluator("forward", kiln.cpu(), number=10,
+        repeat=3)(x, *params)`` returns a ``BenchmarkResult`` (seconds per call: ``mean``,
+        ``median``, ``std``, ``min``, ``max``, ``results``); see ``kiln.runtime.timing``.
+        ``device``, when given, must be the VM's own."""
+        if device is not None and device != self.device:
+            raise ValueError(f"time_evaluator: this VM runs on {self.device!r}, not {device!r}")
+        return time_evaluator(self.module[name], number, repeat, min_repeat_ms)
 
     def __repr__(self):
         return f"kiln.VirtualMachine({', '.join(self.function_names)}; {self.device!r})"
