@@ -22,7 +22,7 @@
 extern "C" {
 #endif
 
-#define KILN_KERNEL_ABI_VERSION 2u
+#define KILN_KERNEL_ABI_VERSION 3u /* 3 added derived dimensions */
 #define KILN_LIBRARY_INFO_SYMBOL "kiln_library_info"
 
 /* Body of one parallel loop, outlined by codegen. Runs the iterations of chunk `task` out of
@@ -65,9 +65,34 @@ typedef struct kiln_kernel_param_t {
   uint32_t flags;            /* KILN_PARAM_* bits; others must be 0 */
   /* ndim entries: a value >= 0 is a fixed extent; a value < 0 is the symbolic dimension number
    * (-1 - value) into kiln_kernel_info_t.sym_names, bound from the first argument that has it and
-   * checked equal in every later one. */
+   * checked equal in every later one, or (from num_sym on) a derived dimension. */
   const int64_t* shape;
 } kiln_kernel_param_t;
+
+/* A derived dimension: a dimension that is an expression of the symbolic ones (`past + n`,
+ * `b * s`, `n // 2`, `min(n, 64)`), in three-address form. Derived dimension j of a kernel has
+ * the symbolic number num_sym + j; its value is `a op b`, where an operand is the constant
+ * itself when its KILN_DIM_*_CONST flag is set, else a symbolic number smaller than its own
+ * (a bound dimension, or an earlier derived one). The runtime evaluates them after binding the
+ * plain symbolic dimensions from the arguments (overflow and division by zero are errors) and
+ * checks every argument dimension that refers to one. */
+enum {
+  KILN_DIM_ADD = 1,
+  KILN_DIM_SUB = 2,
+  KILN_DIM_MUL = 3,
+  KILN_DIM_FLOORDIV = 4,
+  KILN_DIM_FLOORMOD = 5,
+  KILN_DIM_MIN = 6,
+  KILN_DIM_MAX = 7
+};
+#define KILN_DIM_A_CONST 1u
+#define KILN_DIM_B_CONST 2u
+
+typedef struct kiln_derived_dim_t {
+  uint32_t op;               /* KILN_DIM_* */
+  uint32_t flags;            /* KILN_DIM_A_CONST | KILN_DIM_B_CONST; others must be 0 */
+  int64_t a, b;
+} kiln_derived_dim_t;
 
 /* One kernel (one PrimFunc). */
 typedef struct kiln_kernel_info_t {
@@ -77,6 +102,11 @@ typedef struct kiln_kernel_info_t {
   const kiln_kernel_param_t* params;
   int32_t num_sym;           /* number of symbolic dimension names */
   const char* const* sym_names;
+  /* ABI version 3: dimensions computed from the symbolic ones; a shape entry -1 - k with
+   * num_sym <= k < num_sym + num_derived refers to derived[k - num_sym]. A symbolic dimension
+   * must appear as a plain entry in some parameter (that is where it is bound). */
+  int32_t num_derived;
+  const kiln_derived_dim_t* derived;
 } kiln_kernel_info_t;
 
 /* The table a kernel library exports under KILN_LIBRARY_INFO_SYMBOL. */

@@ -69,6 +69,20 @@ void kiln_format_device(char* buf, size_t cap, DLDevice device);
  * named by sym_names[-1 - entry] (a kernel parameter's shape); without, they print as numbers. */
 void kiln_format_shape(char* buf, size_t cap, const int64_t* shape, int32_t ndim,
                        const char* const* sym_names);
+/* ---- derived dimensions (derived.c) --------------------------------------------------------- */
+
+/* Checks k's derived-dimension table (ops, flags, operand references, limits) and that every
+ * plain symbolic dimension is bound by some parameter; on failure writes why into msg. */
+kiln_status_t kiln_derived_validate(const kiln_kernel_info_t* k, char* msg, size_t cap);
+/* Computes sym_values[num_sym ..] from the bound ones; an overflow or a division by zero is a
+ * KILN_ERR_SHAPE_MISMATCH naming the dimension. */
+kiln_status_t kiln_derived_eval(const kiln_kernel_info_t* k, int64_t* sym_values);
+/* One shape entry of k's parameters: "8", "n", "past + n". Returns the length written. */
+size_t kiln_format_dim(char* buf, size_t cap, const kiln_kernel_info_t* k, int64_t entry);
+/* A parameter shape of k: "(past + n, 64)". */
+void kiln_format_param_shape(char* buf, size_t cap, const kiln_kernel_info_t* k,
+                             const int64_t* shape, int32_t ndim);
+
 /* "null", "int", "float", "string", "tensor", "module", "function", "tuple", "device",
  * "unknown kind". */
 const char* kiln_value_kind_name(int32_t kind);

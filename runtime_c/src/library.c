@@ -62,11 +62,11 @@ static kiln_status_t validate_param(const char* src, int32_t k, const kiln_kerne
                       src, (int)k, kernel->name, (int)index, p->name, (int)p->ndim,
                       p->ndim > 0 && p->ndim <= KILN_MAX_NDIM ? " and a NULL shape" : " (out of range)");
   for (int32_t d = 0; d < p->ndim; ++d) {
-    if (p->shape[d] < 0 && -1 - p->shape[d] >= kernel->num_sym)
+    if (p->shape[d] < 0 && -1 - p->shape[d] >= (int64_t)kernel->num_sym + kernel->num_derived)
       return kiln_error(bad, "kernel library '%s': kernel %d '%s': parameter %d '%s' dimension %d refers "
-                        "to symbolic dimension %lld, but the kernel has %d",
+                        "to symbolic dimension %lld, but the kernel has %d (and %d derived)",
                         src, (int)k, kernel->name, (int)index, p->name, (int)d,
-                        (long long)(-1 - p->shape[d]), (int)kernel->num_sym);
+                        (long long)(-1 - p->shape[d]), (int)kernel->num_sym, (int)kernel->num_derived);
   }
   return KILN_OK;
 }
@@ -93,10 +93,17 @@ static kiln_status_t validate_kernel(const char* src, const kiln_library_info_t*
     if (!kernel->sym_names[s])
       return kiln_error(bad, "kernel library '%s': kernel %d '%s': symbolic dimension %d has no name",
                         src, (int)k, kernel->name, (int)s);
+  if (kernel->num_derived < 0 || kernel->num_sym + kernel->num_derived > KILN_MAX_KERNEL_SYMS)
+    return kiln_error(bad, "kernel library '%s': kernel %d '%s' has %d derived dimensions (limit %d "
+                      "with the symbolic ones)", src, (int)k, kernel->name, (int)kernel->num_derived,
+                      KILN_MAX_KERNEL_SYMS);
   for (int32_t p = 0; p < kernel->num_params; ++p) {
     kiln_status_t st = validate_param(src, k, kernel, p);
     if (st != KILN_OK) return st;
   }
+  char why[KILN_SHAPE_STRING];
+  if (kiln_derived_validate(kernel, why, sizeof why) != KILN_OK)
+    return kiln_error(bad, "kernel library '%s': kernel %d '%s': %s", src, (int)k, kernel->name, why);
   for (int32_t j = 0; j < k; ++j)
     if (strcmp(info->kernels[j].name, kernel->name) == 0)
       return kiln_error(bad, "kernel library '%s': kernels %d and %d are both named '%s'", src, (int)j,
@@ -128,7 +135,7 @@ static kiln_status_t shape_mismatch(const kiln_kernel_info_t* k, int32_t i, cons
                                     const int32_t* sym_source) {
   const kiln_kernel_param_t* p = &k->params[i];
   char expected[KILN_SHAPE_STRING], got[KILN_SHAPE_STRING];
-  kiln_format_shape(expected, sizeof expected, p->shape, p->ndim, k->sym_names);
+  kiln_format_param_shape(expected, sizeof expected, k, p->shape, p->ndim);
   kiln_format_shape(got, sizeof got, t->shape, t->ndim, NULL);
   if (sym >= 0 && sym_source[sym] != i) {
     int32_t from = sym_source[sym];
@@ -189,6 +196,7 @@ static kiln_status_t check_argument(const kiln_kernel_info_t* k, int32_t i, cons
       continue;
     }
     int32_t s = (int32_t)(-1 - want);
+    if (s >= k->num_sym) continue; /* derived: checked once every plain one is bound */
     if (sym_source[s] < 0) {
       sym_values[s] = have;
       sym_source[s] = i;
@@ -256,6 +264,25 @@ kiln_status_t kiln_kernel_check_args(const kiln_kernel_info_t* k, const kiln_val
   for (int32_t i = 0; i < num_args; ++i) {
     kiln_status_t st = check_argument(k, i, &args[i], sym_values, sym_source);
     if (st != KILN_OK) return st;
+  }
+  if (k->num_derived == 0) return KILN_OK;
+  kiln_status_t st = kiln_derived_eval(k, sym_values);
+  if (st != KILN_OK) return st;
+  for (int32_t i = 0; i < num_args; ++i) {
+    const kiln_kernel_param_t* p = &k->params[i];
+    const DLTensor* t = kiln_tensor_dltensor(args[i].u.tensor);
+    for (int32_t d = 0; d < p->ndim; ++d) {
+      int64_t s = -1 - p->shape[d];
+      if (p->shape[d] >= 0 || s < k->num_sym || t->shape[d] == sym_values[s]) continue;
+      char expr[KILN_SHAPE_STRING], expected[KILN_SHAPE_STRING], got[KILN_SHAPE_STRING];
+      kiln_format_dim(expr, sizeof expr, k, p->shape[d]);
+      kiln_format_param_shape(expected, sizeof expected, k, p->shape, p->ndim);
+      kiln_format_shape(got, sizeof got, t->shape, t->ndim, NULL);
+      return kiln_error(KILN_ERR_SHAPE_MISMATCH,
+                        "%s: argument %d '%s' dimension %d expected %s = %lld, got %lld (expected "
+                        "shape %s, got %s)", k->name, (int)i, p->name, (int)d, expr,
+                        (long long)sym_values[s], (long long)t->shape[d], expected, got);
+    }
   }
   return KILN_OK;
 }

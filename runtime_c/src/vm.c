@@ -123,6 +123,12 @@ static kiln_status_t run(const vm_module_t* vm, const vm_state_t* state,
   int64_t sym[KILN_MAX_KERNEL_SYMS];
   kiln_status_t st = kiln_kernel_check_args(&f->sig, args, num_args, sym);
   if (st != KILN_OK) return st;
+  for (int32_t s = 0; f->bounds && s < f->sig.num_sym; ++s)
+    if (f->bounds[s] >= 0 && sym[s] > f->bounds[s])
+      return kiln_error(KILN_ERR_SHAPE_MISMATCH, "%s: symbolic dimension '%s' = %lld exceeds its "
+                        "bound %lld (the model was compiled with the bound %s=%lld)", f->name,
+                        f->sig.sym_names[s], (long long)sym[s], (long long)f->bounds[s],
+                        f->sig.sym_names[s], (long long)f->bounds[s]);
   uint8_t* frame = kiln_mem_alloc(f->frame_size);
   if (!frame)
     return kiln_error(KILN_ERR_OUT_OF_MEMORY, "%s: out of memory allocating the call's %zu bytes "

@@ -33,7 +33,7 @@ enum {
 
 /* One decoded instruction. The loader has checked every operand: registers < num_registers,
  * table indices in range, counts consistent, dtypes supported, dims >= 0 or symbolic numbers
- * < num_sym, fixed-size arena views inside the arena. */
+ * < num_sym + num_derived, fixed-size arena views inside the arena. */
 typedef struct {
   uint32_t op;
   uint32_t num_ops;
@@ -49,6 +49,7 @@ typedef struct {
   const char* name;
   uint32_t flags;         /* KILN_VM_FUNCTION_PRIVATE: reachable only through IF */
   kiln_kernel_info_t sig; /* name, params and symbolic dims, for kiln_kernel_check_args */
+  const int64_t* bounds;   /* format >= 3: sig.num_sym upper bounds (< 0 none); else NULL */
   uint32_t num_registers;
   uint64_t arena_size;
   uint32_t num_instrs;
@@ -74,6 +75,8 @@ typedef struct {
   kiln_kernel_param_t* params_pool; /* owned: every function's parameters */
   int64_t* dims_pool;               /* owned: their shapes */
   const char** names_pool;          /* owned: symbolic dimension names */
+  kiln_derived_dim_t* derived_pool; /* owned: derived dimensions (format >= 3) */
+  int64_t* bounds_pool;             /* owned: symbolic dimensions' upper bounds (format >= 3) */
 } kiln_vm_program_t;
 
 /* Validates the blob completely and decodes it; kernels are resolved in `info`, constants wrap

@@ -11,7 +11,7 @@
 
 #include "vm.h"
 
-#define FORMAT_VERSION 2u /* 2 added IF and function flags */
+#define FORMAT_VERSION 3u /* 2 added IF and function flags; 3 derived dims and bounds */
 #define HEADER_SIZE 64u
 #define SECTION_ENTRY_SIZE 24u
 #define OPTIONAL_SECTION_BASE 0x100u
@@ -488,9 +488,10 @@ static kiln_status_t check_alloc(const where_t* w, kiln_vm_instr_t* in, size_t* 
     return code_fail(w, "unsupported dtype (code %lld, bits %lld, lanes %lld)", (long long)dt[0],
                      (long long)dt[1], (long long)dt[2]);
   for (int64_t d = 0; d < ndim; ++d) {
-    if (dims[d] < 0 && -1 - dims[d] >= w->f->sig.num_sym)
-      return code_fail(w, "dimension %lld refers to symbolic dimension %lld, but the function has %d",
-                       (long long)d, (long long)(-1 - dims[d]), (int)w->f->sig.num_sym);
+    if (dims[d] < 0 && -1 - dims[d] >= (int64_t)w->f->sig.num_sym + w->f->sig.num_derived)
+      return code_fail(w, "dimension %lld refers to symbolic dimension %lld, but the function has %d "
+                       "(and %d derived)", (long long)d, (long long)(-1 - dims[d]),
+                       (int)w->f->sig.num_sym, (int)w->f->sig.num_derived);
     in->symbolic |= dims[d] < 0;
   }
   uint64_t esize = elem_bytes((uint8_t)dt[1], (uint16_t)dt[2]), nbytes = 0;
@@ -634,9 +635,44 @@ static kiln_status_t load_code(kiln_vm_program_t* p, kiln_vm_function_t* f, uint
   return KILN_OK;
 }
 
+/* Version 3: the derived dimensions (kiln_derived_dim_t, 24 bytes each) and one upper bound per
+ * symbolic dimension (< 0: none), after sym_names. Validated with the parameters, below. */
+static kiln_status_t load_derived(kiln_vm_program_t* p, cursor_t* c, kiln_vm_function_t* f,
+                                  size_t* derived_used, size_t* bounds_used) {
+  uint64_t num_derived;
+  READ(c, 4, "num_derived", num_derived);
+  if (num_derived > (uint64_t)(KILN_MAX_KERNEL_SYMS - f->sig.num_sym) || num_derived > (c->end - c->pos) / 24)
+    return fail(c, BAD, "function '%s': num_derived %llu exceeds the limit of %d dimensions in all "
+                "or the section", f->name, (unsigned long long)num_derived, KILN_MAX_KERNEL_SYMS);
+  kiln_derived_dim_t* derived = p->derived_pool + *derived_used;
+  *derived_used += (size_t)num_derived;
+  f->sig.num_derived = (int32_t)num_derived;
+  f->sig.derived = derived;
+  for (uint64_t j = 0; j < num_derived; ++j) {
+    uint64_t op, flags, a, b;
+    READ(c, 4, "derived op", op);
+    READ(c, 4, "derived flags", flags);
+    READ(c, 8, "derived a", a);
+    READ(c, 8, "derived b", b);
+    derived[j].op = (uint32_t)op;
+    derived[j].flags = (uint32_t)flags;
+    derived[j].a = (int64_t)a;
+    derived[j].b = (int64_t)b;
+  }
+  int64_t* bounds = p->bounds_pool + *bounds_used;
+  *bounds_used += (size_t)f->sig.num_sym;
+  f->bounds = bounds;
+  for (int32_t s = 0; s < f->sig.num_sym; ++s) {
+    uint64_t v;
+    READ(c, 8, "bound", v);
+    bounds[s] = (int64_t)v;
+  }
+  return KILN_OK;
+}
+
 static kiln_status_t load_function(kiln_vm_program_t* p, cursor_t* c, uint32_t k,
                                    const layout_t* l, size_t* params_used, size_t* dims_used,
-                                   size_t* names_used) {
+                                   size_t* names_used, size_t* derived_used, size_t* bounds_used) {
   kiln_vm_function_t* f = &p->functions[k];
   uint64_t num_params, num_regs, num_sym, code_offset, code_size;
   TRY(read_string(c, p, "name", &f->name));
@@ -670,6 +706,7 @@ static kiln_status_t load_function(kiln_vm_program_t* p, cursor_t* c, uint32_t k
         return fail(c, BAD, "function '%s': symbolic dimensions %u and %u are both named '%s'",
                     f->name, (unsigned)t, (unsigned)s, *name);
   }
+  if (l->version >= 3) TRY(load_derived(p, c, f, derived_used, bounds_used));
   READ(c, 8, "arena_size", f->arena_size);
   READ(c, 8, "code_offset", code_offset);
   READ(c, 8, "code_size", code_size);
@@ -711,10 +748,11 @@ static kiln_status_t load_function(kiln_vm_program_t* p, cursor_t* c, uint32_t k
       READ(c, 8, "shape", v);
       shape[d] = (int64_t)v;
       ++*dims_used;
-      if (shape[d] < 0 && -1 - shape[d] >= (int64_t)num_sym)
+      if (shape[d] < 0 && -1 - shape[d] >= (int64_t)num_sym + f->sig.num_derived)
         return fail(c, BAD, "function '%s': parameter %u '%s' dimension %u refers to symbolic "
-                    "dimension %lld, but the function has %u", f->name, (unsigned)i, param->name,
-                    (unsigned)d, (long long)(-1 - shape[d]), (unsigned)num_sym);
+                    "dimension %lld, but the function has %u (and %d derived)", f->name, (unsigned)i,
+                    param->name, (unsigned)d, (long long)(-1 - shape[d]), (unsigned)num_sym,
+                    (int)f->sig.num_derived);
     }
   }
   /* Symbolic dimensions are bound from the arguments: one no parameter has is never bound. */
@@ -727,6 +765,9 @@ static kiln_status_t load_function(kiln_vm_program_t* p, cursor_t* c, uint32_t k
       return fail(c, BAD, "function '%s': symbolic dimension %d '%s' appears in no parameter's "
                   "shape, so no argument binds it", f->name, (int)s, f->sig.sym_names[s]);
   }
+  char why[KILN_SHAPE_STRING];
+  if (kiln_derived_validate(&f->sig, why, sizeof why) != KILN_OK)
+    return fail(c, BAD, "function '%s': %s", f->name, why);
   if (strcmp(f->name, "init") == 0 || strcmp(f->name, "profile") == 0)
     return fail(c, BAD, "function name '%s' is reserved by the VM", f->name);
   for (uint32_t j = 0; j < k; ++j)
@@ -801,13 +842,17 @@ static kiln_status_t load_functions(kiln_vm_program_t* p, const uint8_t* blob, c
   p->params_pool = kiln_mem_alloc(sz / 12 * sizeof *p->params_pool);
   p->dims_pool = kiln_mem_alloc(sz / 8 * sizeof *p->dims_pool);
   p->names_pool = kiln_mem_alloc(sz / 4 * sizeof *p->names_pool);
-  if (!p->functions || !p->params_pool || !p->dims_pool || !p->names_pool)
+  p->derived_pool = kiln_mem_alloc(sz / 24 * sizeof *p->derived_pool + 1);
+  p->bounds_pool = kiln_mem_alloc(sz / 8 * sizeof *p->bounds_pool);
+  if (!p->functions || !p->params_pool || !p->dims_pool || !p->names_pool || !p->derived_pool ||
+      !p->bounds_pool)
     return kiln_error(KILN_ERR_OUT_OF_MEMORY, "out of memory loading %u functions", (unsigned)count);
-  size_t params_used = 0, dims_used = 0, names_used = 0;
+  size_t params_used = 0, dims_used = 0, names_used = 0, derived_used = 0, bounds_used = 0;
   for (uint32_t k = 0; k < count; ++k) {
     c.entry = k;
     p->num_functions = k + 1; /* so that a failure frees what this one allocated */
-    TRY(load_function(p, &c, k, l, &params_used, &dims_used, &names_used));
+    TRY(load_function(p, &c, k, l, &params_used, &dims_used, &names_used, &derived_used,
+                      &bounds_used));
   }
   return check_calls(p);
 }
@@ -824,6 +869,8 @@ void kiln_vm_program_free(kiln_vm_program_t* p) {
   kiln_mem_free(p->params_pool);
   kiln_mem_free(p->dims_pool);
   kiln_mem_free(p->names_pool);
+  kiln_mem_free(p->derived_pool);
+  kiln_mem_free(p->bounds_pool);
   kiln_mem_free(p->kernels);
   kiln_mem_free(p->externs);
   kiln_mem_free(p->strings);

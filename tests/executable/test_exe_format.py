@@ -37,7 +37,8 @@ def test_round_trip():
 def test_header_and_sections():
     blob = serialize(sample_spec())
     magic, version, header_size, size, nsec, target, table = struct.unpack_from("<8sIIQIIQ", blob, 0)
-    assert (magic, version, header_size, size, nsec) == (MAGIC, FORMAT_VERSION, 64, len(blob), 6)
+    # Version 2 while no function uses derived dims or bounds (version 3), so old runtimes read it.
+    assert (magic, version, header_size, size, nsec) == (MAGIC, FORMAT_VERSION - 1, 64, len(blob), 6)
     assert blob[40:64] == bytes(24)
     secs = sections(blob)
     assert sorted(secs) == [int(k) for k in Section]
@@ -176,7 +177,7 @@ def _corruptions():
     return [
         ("short", lambda b: b[:40], "shorter than the 64-byte header"),
         ("magic", lambda b: b"KILNEXF\0" + b[8:], "bad magic"),
-        ("newer", lambda b: patch(b, 8, "I", 3), "format version 3 is newer than this runtime supports \\(2\\)"),
+        ("newer", lambda b: patch(b, 8, "I", 4), "format version 4 is newer than this runtime supports \\(3\\)"),
         ("version0", lambda b: patch(b, 8, "I", 0), "format_version 0"),
         ("header_size", lambda b: patch(b, 12, "I", 72), "header_size 72"),
         ("truncated", lambda b: b[:-8], "does not match the"),

@@ -21,6 +21,8 @@ VARIANTS = {
     "single": ["-DFIXTURE_SINGLE"],
     "no_main": ["-DFIXTURE_NO_MAIN"],
     "no_info": ["-DFIXTURE_NO_INFO"],
+    "derived": ["-DFIXTURE_DERIVED"],
+    "bad_derived": ["-DFIXTURE_BAD_DERIVED"],
 }
 
 

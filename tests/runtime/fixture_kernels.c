@@ -5,6 +5,8 @@
  *   -DFIXTURE_SINGLE          only the "scale" kernel (a module with one function, not "main")
  *   -DFIXTURE_NO_MAIN         every kernel but "main"
  *   -DFIXTURE_NO_INFO         no kiln_library_info symbol at all
+ *   -DFIXTURE_DERIVED         adds "concat", whose output has a derived dimension (m + n)
+ *   -DFIXTURE_BAD_DERIVED     the same with a derived dimension that refers to itself
  *
  * Kernels:
  *   main(A: float32[8], B: float32[8])        B = A + 1
@@ -12,6 +14,7 @@
  *   rowsum(A: float64[m, n], B: float64[m])   B = A.sum(axis=1)
  *   threads(T: int64[4])                      probes the pool; see threads_kernel
  *   fail(X: int32[1])                         a parallel loop whose task 2 returns X[0]
+ *   concat(A: float32[m], B: float32[n], C: float32[m + n])   C = [A, B] (FIXTURE_DERIVED)
  */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
@@ -141,6 +144,30 @@ static int32_t fail_kernel(const kiln_kernel_ctx_t* ctx, DLTensor* const* args, 
   return ctx->parallel_launch(ctx->pool, fail_task, DATA(int32_t, args[0]), 4);
 }
 
+#if defined(FIXTURE_DERIVED) || defined(FIXTURE_BAD_DERIVED)
+#define FIXTURE_WITH_CONCAT 1
+/* Reads only what the runtime checked: C's extent is m + n because the runtime said so. */
+static int32_t concat_kernel(const kiln_kernel_ctx_t* ctx, DLTensor* const* args, int32_t n) {
+  (void)ctx, (void)n;
+  int64_t m = args[0]->shape[0], k = args[1]->shape[0];
+  const float* a = DATA(float, args[0]);
+  const float* b = DATA(float, args[1]);
+  float* c = DATA(float, args[2]);
+  for (int64_t i = 0; i < m; ++i) c[i] = a[i];
+  for (int64_t i = 0; i < k; ++i) c[m + i] = b[i];
+  return 0;
+}
+static const int64_t shape_m[] = {-1}, shape_n[] = {-2}, shape_m_plus_n[] = {-3};
+static const kiln_kernel_param_t concat_params[] = {{"A", kDLFloat, 32, 1, 1, 0, shape_m},
+                                                    {"B", kDLFloat, 32, 1, 1, 0, shape_n},
+                                                    {"C", kDLFloat, 32, 1, 1, KILN_PARAM_WRITTEN, shape_m_plus_n}};
+#ifdef FIXTURE_BAD_DERIVED
+static const kiln_derived_dim_t concat_derived[] = {{KILN_DIM_ADD, 0, 0, 2}}; /* m + itself */
+#else
+static const kiln_derived_dim_t concat_derived[] = {{KILN_DIM_ADD, 0, 0, 1}}; /* m + n */
+#endif
+#endif
+
 static const int64_t shape_8[] = {8};
 static const int64_t shape_sym0[] = {-1};
 static const int64_t shape_sym01[] = {-1, -2};
@@ -168,13 +195,16 @@ static const kiln_kernel_param_t fail_params[] = {{"X", kDLInt, 32, 1, 1, KILN_P
 
 static const kiln_kernel_info_t kernels[] = {
 #if !defined(FIXTURE_SINGLE) && !defined(FIXTURE_NO_MAIN)
-    {"main", main_kernel, 2, main_params, 0, NULL},
+    {"main", main_kernel, 2, main_params, 0, NULL, 0, NULL},
 #endif
-    {"scale", scale_kernel, 2, scale_params, 1, names_n},
+    {"scale", scale_kernel, 2, scale_params, 1, names_n, 0, NULL},
 #ifndef FIXTURE_SINGLE
-    {"rowsum", rowsum_kernel, 2, rowsum_params, 2, names_mn},
-    {"threads", threads_kernel, 1, threads_params, 0, NULL},
-    {"fail", fail_kernel, 1, fail_params, 0, NULL},
+    {"rowsum", rowsum_kernel, 2, rowsum_params, 2, names_mn, 0, NULL},
+    {"threads", threads_kernel, 1, threads_params, 0, NULL, 0, NULL},
+    {"fail", fail_kernel, 1, fail_params, 0, NULL, 0, NULL},
+#endif
+#ifdef FIXTURE_WITH_CONCAT
+    {"concat", concat_kernel, 3, concat_params, 2, names_mn, 1, concat_derived},
 #endif
 };
 

@@ -47,7 +47,7 @@ static void test_loading(const char* bad_abi, const char* no_info) {
   CHECK_ERROR(kiln_module_load_library("/nonexistent/lib.so", &mod), KILN_ERR_IO,
               "cannot load library '/nonexistent/lib.so'");
   CHECK_ERROR(kiln_module_load_library(bad_abi, &mod), KILN_ERR_VERSION_MISMATCH,
-              "has kernel ABI version 99, this runtime supports 2");
+              "has kernel ABI version 99, this runtime supports 3");
   CHECK_ERROR(kiln_module_load_library(no_info, &mod), KILN_ERR_INVALID_FORMAT,
               "has no 'kiln_library_info' symbol");
   CHECK_ERROR(kiln_module_load_library(NULL, &mod), KILN_ERR_INVALID_ARGUMENT, "NULL");
@@ -335,8 +335,8 @@ static void test_linked_library(void) {
   static const int64_t bad_sym[1] = {-3};
   static const char* const syms[1] = {"n"};
   kiln_kernel_param_t params[1] = {{"out", kDLInt, 64, 1, 1, KILN_PARAM_WRITTEN, shape}};
-  kiln_kernel_info_t kernels[2] = {{"num_threads", linked_kernel, 1, params, 0, NULL},
-                                   {"other", linked_kernel, 1, params, 0, NULL}};
+  kiln_kernel_info_t kernels[2] = {{"num_threads", linked_kernel, 1, params, 0, NULL, 0, NULL},
+                                   {"other", linked_kernel, 1, params, 0, NULL, 0, NULL}};
   kiln_library_info_t info = {KILN_KERNEL_ABI_VERSION, 1, kernels};
   kiln_module_t* mod = NULL;
   CHECK_OK(kiln_module_from_library_info(&info, &mod));

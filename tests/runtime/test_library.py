@@ -139,7 +139,7 @@ def test_load_errors(kernel_libs, tmp_path):
     assert e.status == lib.KILN_ERR_INVALID_FORMAT
     e = _error(runtime.load_module, kernel_libs["bad_abi"])
     assert str(e) == (f"kernel library '{kernel_libs['bad_abi']}' has kernel ABI version 99, "
-                      "this runtime supports 2")
+                      "this runtime supports 3")
     assert e.status == lib.KILN_ERR_VERSION_MISMATCH
     e = _error(runtime.load_module, kernel_libs["bad_dtype"])
     assert str(e) == (f"kernel library '{kernel_libs['bad_dtype']}': kernel 0 'main': "

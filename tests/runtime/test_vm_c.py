@@ -25,6 +25,9 @@ def test_vm_under_sanitizer(kernel_libs, build_model, fixture_spec, if_spec, run
     blob = serialize(fixture_spec())
     (tmp_path / "blob.bin").write_bytes(blob)
     (tmp_path / "if_blob.bin").write_bytes(serialize(if_spec()))
+    # derived dimensions: cat(a[m], b[n]) -> [m + n] over the 'derived' fixture, m bounded by 8
+    from test_derived_dims import derived_spec
+    (tmp_path / "derived_blob.bin").write_bytes(serialize(derived_spec(bounds=[8, -1])))
     exe = tmp_path / "vm_test"
     subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-g", "-O1", *flags,
                     f"-I{RUNTIME / 'include'}", str(HERE / "vm_test.c"),
@@ -35,7 +38,8 @@ def test_vm_under_sanitizer(kernel_libs, build_model, fixture_spec, if_spec, run
     env = dict(os.environ, ASAN_OPTIONS=f"detect_leaks=1:{limits}",
                TSAN_OPTIONS=f"halt_on_error=1:{limits}", UBSAN_OPTIONS="print_stacktrace=1")
     run = subprocess.run([str(exe), str(kernel_libs["fixture"]), str(tmp_path / "blob.bin"),
-                          str(build_model(blob)), str(tmp_path / "if_blob.bin")],
+                          str(build_model(blob)), str(tmp_path / "if_blob.bin"),
+                          str(kernel_libs["derived"]), str(tmp_path / "derived_blob.bin")],
                          capture_output=True, text=True, env=env,
                          timeout=300)
     assert run.returncode == 0 and run.stdout.strip() == "ALL OK", run.stdout + run.stderr[-5000:]

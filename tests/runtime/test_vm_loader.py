@@ -82,8 +82,8 @@ CASES = {
     "magic": (lambda b: b"KILNEXF\0" + b[8:], "INVALID_FORMAT",
               "=executable: bad magic at offset 0 (not a Kiln executable)"),
     "tiny": (lambda b: b[:10], "INVALID_FORMAT", "blob too small for a header"),
-    "newer": (lambda b: patch(b, 8, "I", 3), "VERSION_MISMATCH",
-              "=executable format version 3 is newer than this runtime supports (2)"),
+    "newer": (lambda b: patch(b, 8, "I", 4), "VERSION_MISMATCH",
+              "=executable format version 4 is newer than this runtime supports (3)"),
     "version0": (lambda b: patch(b, 8, "I", 0), "INVALID_FORMAT", "format_version 0 at offset 0x8"),
     "truncated": (lambda b: b[:1000], "INVALID_FORMAT",
                   "=executable: header blob_size 1568 at offset 0x10 does not match the 1000 bytes "

@@ -107,7 +107,7 @@ static int32_t launch_kernel(const kiln_kernel_ctx_t* ctx, DLTensor* const* args
 
 static const int64_t shape1[] = {1};
 static const kiln_kernel_param_t params[] = {{"which", kDLInt, 64, 1, 1, 0, shape1}};
-static const kiln_kernel_info_t kernels[] = {{"launch", launch_kernel, 1, params, 0, NULL}};
+static const kiln_kernel_info_t kernels[] = {{"launch", launch_kernel, 1, params, 0, NULL, 0, NULL}};
 static const kiln_library_info_t info = {KILN_KERNEL_ABI_VERSION, 1, kernels};
 
 static uint32_t next_random(uint32_t* state) {

@@ -466,6 +466,79 @@ static void test_if(void) {
   kiln_tensor_release(x8);
 }
 
+/* ---- derived dimensions: cat(a: f32[m], b: f32[n]) -> f32[m + n] (test_derived_dims.py) ------ */
+
+static const kiln_library_info_t* g_derived_info;
+static uint8_t* g_derived_blob;
+static uint64_t g_derived_size;
+
+static kiln_status_t call_cat(kiln_module_t* vm, kiln_tensor_t* a, kiln_tensor_t* b, kiln_value_t* out) {
+  kiln_function_t* fn = NULL;
+  kiln_status_t st = kiln_module_get_function(vm, "cat", &fn);
+  if (!st) {
+    kiln_value_t args[2] = {tv(a), tv(b)};
+    st = kiln_function_call(fn, args, 2, out);
+  }
+  kiln_function_release(fn);
+  return st;
+}
+
+static int try_derived_blob(const uint8_t* blob, uint64_t size, kiln_tensor_t* a, kiln_tensor_t* b) {
+  kiln_module_t* vm = NULL;
+  if (load(blob, size, &vm) != KILN_OK) {
+    CHECK(kiln_last_error()[0] != '\0');
+    return 0;
+  }
+  if (init(vm, NULL) == KILN_OK) {
+    kiln_value_t r = {KILN_VALUE_NULL, {0}};
+    if (call_cat(vm, a, b, &r) == KILN_OK) kiln_value_release(&r);
+    if (call_cat(vm, b, a, &r) == KILN_OK) kiln_value_release(&r);
+  }
+  kiln_module_release(vm);
+  return 1;
+}
+
+static void test_derived(void) {
+  const kiln_library_info_t* saved = g_info;
+  g_info = g_derived_info; /* load() builds modules over g_info's kernels */
+  kiln_tensor_t* a = vec(3, 1);
+  kiln_tensor_t* b = vec(9, 10);
+  kiln_module_t* vm = NULL;
+  CHECK_OK(load(g_derived_blob, g_derived_size, &vm));
+  CHECK_OK(init(vm, NULL));
+  kiln_value_t r = {KILN_VALUE_NULL, {0}};
+  CHECK_OK(call_cat(vm, a, b, &r));
+  CHECK(r.kind == KILN_VALUE_TENSOR && kiln_tensor_dltensor(r.u.tensor)->shape[0] == 12);
+  for (int i = 0; r.kind == KILN_VALUE_TENSOR && i < 12; ++i)
+    CHECK(fdata(r.u.tensor)[i] == (float)(i < 3 ? 1 + i : 10 + i - 3));
+  kiln_value_release(&r);
+  /* m = 9 exceeds the bound 8 the blob declares */
+  CHECK_ERROR(call_cat(vm, b, a, &r), KILN_ERR_SHAPE_MISMATCH, "'m' = 9 exceeds its bound 8");
+  kiln_module_release(vm);
+  uint8_t* copy = NULL;
+  CHECK_OK(kiln_memory_alloc(g_derived_size, (void**)&copy));
+  for (uint64_t n = 0; n < g_derived_size; n += 3) {
+    memcpy(copy, g_derived_blob, n);
+    CHECK(!try_derived_blob(copy, n, a, b));
+  }
+  int loaded = 0, iterations = 3000;
+  for (int it = 0; it < iterations; ++it) {
+    memcpy(copy, g_derived_blob, g_derived_size);
+    for (int f = 0, flips = 1 + (int)(next_random() % 3); f < flips; ++f) {
+      uint64_t at = next_random() % g_derived_size;
+      uint64_t rnd = next_random();
+      copy[at] = (rnd & 1) ? (uint8_t)(rnd >> 8) : (uint8_t)(copy[at] ^ (1u << ((rnd >> 8) % 8)));
+    }
+    loaded += try_derived_blob(copy, g_derived_size, a, b);
+  }
+  CHECK(loaded > 0 && loaded < iterations);
+  fprintf(stderr, "derived fuzz: %d of %d corrupted executables loaded\n", loaded, iterations);
+  kiln_memory_free(copy);
+  kiln_tensor_release(a);
+  kiln_tensor_release(b);
+  g_info = saved;
+}
+
 static void test_allocation_failures(void) {
   int failures = 0;
   for (int64_t k = 0; k < 200; ++k) {
@@ -558,9 +631,18 @@ static uint8_t* read_file(const char* path, uint64_t* out_size) {
 }
 
 int main(int argc, char** argv) {
-  if (argc != 5) {
-    fprintf(stderr, "usage: %s FIXTURE.so BLOB MODEL.so IF_BLOB\n", argv[0]);
+  if (argc != 5 && argc != 7) {
+    fprintf(stderr, "usage: %s FIXTURE.so BLOB MODEL.so IF_BLOB [DERIVED.so DERIVED_BLOB]\n", argv[0]);
     return 2;
+  }
+  void* derived = argc == 7 ? dlopen(argv[5], RTLD_NOW | RTLD_LOCAL) : NULL;
+  if (argc == 7) {
+    g_derived_info = derived ? dlsym(derived, "kiln_library_info") : NULL;
+    g_derived_blob = read_file(argv[6], &g_derived_size);
+    if (!g_derived_info || !g_derived_blob) {
+      fprintf(stderr, "cannot load %s or %s\n", argv[5], argv[6]);
+      return 2;
+    }
   }
   void* fixture = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
   g_info = fixture ? dlsym(fixture, "kiln_library_info") : NULL;
@@ -575,11 +657,14 @@ int main(int argc, char** argv) {
   test_vm(argv[3]);
   test_fuzz();
   test_if();
+  if (g_derived_info) test_derived();
   test_allocation_failures();
   test_threads();
   CHECK_OK(kiln_unregister_function("test.relu_shift"));
   kiln_memory_free(g_blob);
   kiln_memory_free(g_if_blob);
+  kiln_memory_free(g_derived_blob);
+  if (derived) dlclose(derived);
   dlclose(fixture);
   if (g_failures) {
     fprintf(stderr, "%d checks failed\n", g_failures);

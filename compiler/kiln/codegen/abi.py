@@ -34,20 +34,21 @@ negative entry -1-k names symbolic dimension k) and the symbolic dimensions' nam
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import List, Optional
 
 from llvmlite import ir
 
 from ..ir import dtype as dt
-from ..ir.expr import Buffer, IntImm, Var
+from ..ir.derived_dims import DerivedDim, DimError, DimTable
+from ..ir.expr import Buffer, Var
 from ..ir.function import PrimFunc
 from ..ir.functor import collect
 from ..ir.stmt import BufferStore
 from . import cgutils as cg
 from .errors import CodegenError
 
-ABI_VERSION = 2  # runtime_c/include/kiln_kernel_abi.h
+ABI_VERSION = 3  # runtime_c/include/kiln_kernel_abi.h (3: derived dimensions)
 PARAM_WRITTEN = 1
 LIBRARY_SYMBOL = "kiln_library_info"
 
@@ -63,7 +64,9 @@ TASK_FN = ir.FunctionType(cg.I32, [cg.I64, cg.I64, cg.PTR])
 ENTRY_FN = ir.FunctionType(cg.I32, [cg.PTR, cg.PTR, cg.I32])
 LAUNCH_FN = ir.FunctionType(cg.I32, [cg.PTR, cg.PTR, cg.PTR, cg.I64])
 PARAM = ir.LiteralStructType([cg.PTR, cg.I8, cg.I8, cg.I16, cg.I32, cg.I32, cg.PTR])
-KERNEL = ir.LiteralStructType([cg.PTR, cg.PTR, cg.I32, cg.PTR, cg.I32, cg.PTR])
+KERNEL = ir.LiteralStructType([cg.PTR, cg.PTR, cg.I32, cg.PTR, cg.I32, cg.PTR, cg.I32, cg.PTR])
+# struct kiln_derived_dim_t { uint32 op; uint32 flags; int64 a; int64 b; }
+DERIVED = ir.LiteralStructType([cg.I32, cg.I32, cg.I64, cg.I64])
 LIBRARY = ir.LiteralStructType([cg.I32, cg.I32, cg.PTR])
 
 _DL_CODE = {"int": 0, "uint": 1, "float": 2, "bool": 6}
@@ -73,7 +76,7 @@ _DL_CODE = {"int": 0, "uint": 1, "float": 2, "bool": 6}
 class ParamInfo:
     name: str
     dtype: str
-    shape: List[int]   # >= 0 fixed, < 0: symbolic dimension -1-k
+    shape: List[int]   # >= 0 fixed, < 0: symbolic (or, from len(sym_names) on, derived) dimension -1-k
     written: bool = False  # the kernel stores into it (KILN_PARAM_WRITTEN)
 
 
@@ -85,6 +88,7 @@ class KernelInfo:
     params: List[ParamInfo]
     sym_names: List[str]
     fn: Optional[ir.Function] = None
+    derived: List[DerivedDim] = field(default_factory=list)
 
 
 def kernel_symbol(name: str, taken: set) -> str:
@@ -104,8 +108,16 @@ def _dl_dtype(dtype: str):
 
 
 def describe(name: str, func: PrimFunc, symbol: str) -> KernelInfo:
-    """The parameter table of a PrimFunc; symbolic dimensions numbered by first appearance."""
+    """The parameter table of a PrimFunc; symbolic dimensions numbered by first appearance,
+    then the derived ones (expressions such as ``past + n``, ``kiln.ir.derived_dims``)."""
     syms: List[Var] = []
+    for p in func.params:
+        for extent in p.shape if isinstance(p, Buffer) else ():
+            if isinstance(extent, Var) and extent not in syms:
+                syms.append(extent)
+    if len({s.name for s in syms}) != len(syms):
+        raise CodegenError(f"'{name}': two different symbolic dimensions share a name ({[s.name for s in syms]})")
+    table = DimTable([s.name for s in syms])
     params = []
     written = {id(s.buffer) for s in collect(func.body, BufferStore)}
     for p in func.params:
@@ -116,17 +128,12 @@ def describe(name: str, func: PrimFunc, symbol: str) -> KernelInfo:
             raise CodegenError(f"parameter {p!r} of '{name}' is neither a buffer nor a scalar variable")
         shape = []
         for axis, extent in enumerate(p.shape):
-            if isinstance(extent, IntImm):
-                shape.append(int(extent.value))
-            elif isinstance(extent, Var):
-                if extent not in syms:
-                    syms.append(extent)
-                shape.append(-1 - syms.index(extent))
-            else:
-                raise CodegenError(f"parameter '{p.name}' of '{name}' has shape entry {extent!r} at axis "
-                                   f"{axis}; parameter shapes must be constants or plain variables")
+            try:
+                shape.append(table.code(extent, f"parameter '{p.name}' of '{name}' axis {axis}"))
+            except DimError as e:
+                raise CodegenError(str(e)) from None
         params.append(ParamInfo(p.name, p.dtype, shape, id(p) in written))
-    return KernelInfo(name, symbol, params, [s.name for s in syms])
+    return KernelInfo(name, symbol, params, [s.name for s in syms], derived=list(table.derived))
 
 
 def lower_kernel(mctx, name: str, func: PrimFunc, symbol: str) -> KernelInfo:
@@ -269,8 +276,11 @@ def emit_library_info(module: ir.Module, kernels: List[KernelInfo]) -> None:
             params.append(ir.Constant(PARAM, [string(p.name), cg.I8(code), cg.I8(bits), cg.I16(lanes),
                                               cg.I32(len(p.shape)), cg.I32(flags), shape]))
         syms = array(cg.PTR, [string(s) for s in k.sym_names], "syms")
+        derived = array(DERIVED, [ir.Constant(DERIVED, [cg.I32(d.op), cg.I32(d.flags), cg.I64(d.a), cg.I64(d.b)])
+                                  for d in k.derived], "derived")
         entries.append(ir.Constant(KERNEL, [string(k.name), k.fn, cg.I32(len(k.params)),
-                                            array(PARAM, params, "params"), cg.I32(len(k.sym_names)), syms]))
+                                            array(PARAM, params, "params"), cg.I32(len(k.sym_names)), syms,
+                                            cg.I32(len(k.derived)), derived]))
     lib = ir.GlobalVariable(module, LIBRARY, LIBRARY_SYMBOL)
     lib.global_constant = True
     lib.storage_class = "dso_local"

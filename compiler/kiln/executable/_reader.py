@@ -11,8 +11,9 @@ from typing import List
 import numpy as np
 
 from ..ir import dtype as dt
+from ..ir.derived_dims import DerivedDim, DimError, check_table, format_dims
 from .format import (ALIGN, FORMAT_VERSION, FUNCTION_PRIVATE, HEADER_SIZE, MAGIC, MAX_NDIM, MAX_SYMS,
-                     MIN_FORMAT_VERSION_WITH_FLAGS, OPTIONAL_SECTION_BASE, SECTION_ENTRY_SIZE,
+                     MIN_FORMAT_VERSION_WITH_DERIVED, MIN_FORMAT_VERSION_WITH_FLAGS, OPTIONAL_SECTION_BASE, SECTION_ENTRY_SIZE,
                      ExecutableSpec, FormatError, FunctionSpec, Instruction, ParamSpec, Section,
                      _check_calls, _check_code, _check_function, dtype_from_dl, dtype_nbytes)
 
@@ -184,6 +185,21 @@ def deserialize(blob: bytes) -> ExecutableSpec:
             raise FormatError(f"FUNCTIONS: function '{name}' (byte {at}): num_sym {num_sym} exceeds the "
                               f"limit of {MAX_SYMS}")
         sym_names = [string(i, f"function '{name}' symbolic dimension") for i in c.array("I", num_sym)]
+        derived, bounds = [], []
+        if version >= MIN_FORMAT_VERSION_WITH_DERIVED:
+            num_derived = c.one("I")
+            if num_sym + num_derived > MAX_SYMS:
+                raise FormatError(f"FUNCTIONS: function '{name}' (byte {at}): num_derived {num_derived} exceeds "
+                                  f"the limit of {MAX_SYMS} dimensions in all")
+            derived = [DerivedDim(*c.read("IIqq")) for _ in range(num_derived)]
+            bounds = c.array("q", num_sym)
+            if all(b < 0 for b in bounds):
+                bounds = []
+        try:
+            check_table(sym_names, derived, f"FUNCTIONS: function '{name}' (byte {at})")
+        except DimError as e:
+            raise FormatError(str(e)) from None
+        dim_names = format_dims(sym_names, derived)
         arena_size, code_offset, code_size = c.read("QQQ")
         params = []
         for p in range(num_params):
@@ -199,17 +215,18 @@ def deserialize(blob: bytes) -> ExecutableSpec:
                 raise FormatError(f"FUNCTIONS: function '{name}' parameter {p} (byte {p_at}): {e}") from None
             shape = []
             for d in c.array("q", ndim):
-                if d < 0 and -1 - d >= num_sym:
+                if d < 0 and -1 - d >= len(dim_names):
                     raise FormatError(f"FUNCTIONS: function '{name}' parameter {p} '{pname}' (byte {p_at}): "
-                                      f"symbolic dimension {-1 - d} out of range ({num_sym} symbolic dimensions)")
-                shape.append(d if d >= 0 else sym_names[-1 - d])
+                                      f"symbolic dimension {-1 - d} out of range ({num_sym} symbolic dimensions, "
+                                      f"{len(derived)} derived)")
+                shape.append(d if d >= 0 else dim_names[-1 - d])
             params.append(ParamSpec(pname, pdtype, shape))
         if not (bc_start <= code_offset <= bc_end and code_size <= bc_end - code_offset):
             raise FormatError(f"FUNCTIONS: function '{name}' (byte {at}): code [{code_offset}, "
                               f"{code_offset + code_size}) lies outside BYTECODE [{bc_start}, {bc_end})")
         code = _read_code(blob, name, code_offset, code_offset + code_size)
         f = FunctionSpec(name, params, sym_names, num_registers, arena_size, [ins for ins, _ in code],
-                         private=bool(flags & FUNCTION_PRIVATE))
+                         private=bool(flags & FUNCTION_PRIVATE), derived=derived, bounds=list(bounds))
         _check_function(f)
         offsets = [o for _, o in code]
         _check_code(f, len(constants), len(kernels), len(externs), where=lambda i: f" (byte {offsets[i]})")

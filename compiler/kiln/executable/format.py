@@ -31,11 +31,15 @@ from typing import Dict, List, Sequence, Tuple, Union
 import numpy as np
 
 from ..ir import dtype as dt
+from ..ir.derived_dims import ENTRY_SIZE as DERIVED_ENTRY_SIZE, DerivedDim, DimError, check_table, format_dims
 
 MAGIC = b"KILNEXE\0"
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3
 # Version 2 added IF (control flow), FREE and the FUNCTIONS entry's flags (private functions).
 MIN_FORMAT_VERSION_WITH_FLAGS = 2
+# Version 3 added derived dimensions and symbolic-dimension bounds to FUNCTIONS entries. The
+# writer emits version 2 when no function uses them, so older runtimes read those blobs.
+MIN_FORMAT_VERSION_WITH_DERIVED = 3
 FUNCTION_PRIVATE = 1  # FUNCTIONS flags bit: callable only through IF, not from the VM module
 HEADER_SIZE = 64
 SECTION_ENTRY_SIZE = 24
@@ -122,6 +126,19 @@ class FunctionSpec:
     arena_size: int
     code: List[Instruction]
     private: bool = False   # a branch of an IF: not exposed by the VM module
+    # Dimensions computed from the symbolic ones (kiln.ir.derived_dims): number len(sym_names)+j.
+    # A parameter or ALLOC dim refers to one by its display name (dim_names()) / its number.
+    derived: List[DerivedDim] = field(default_factory=list)
+    # Upper bound per symbolic dimension (-1: none); empty = none at all. The VM refuses a
+    # call whose arguments exceed one (the arena was planned at the bounds).
+    bounds: List[int] = field(default_factory=list)
+
+    def dim_names(self) -> List[str]:
+        """Names of every dimension number: ``sym_names``, then each derived one's expression."""
+        return format_dims(self.sym_names, self.derived)
+
+    def uses_v3(self) -> bool:
+        return bool(self.derived) or any(b >= 0 for b in self.bounds)
 
 
 @dataclass
@@ -256,6 +273,7 @@ def layout(spec: ExecutableSpec) -> Tuple[int, List[Tuple[int, memoryview]]]:
     is a view of its array's memory when that already is little-endian and C-ordered (no copy).
     Checks ``spec`` first (``validate``)."""
     validate(spec)
+    version = FORMAT_VERSION if any(f.uses_v3() for f in spec.functions) else MIN_FORMAT_VERSION_WITH_FLAGS
     strings = _Strings()
     strings(spec.target)
     kernels = b"".join(struct.pack("<I", strings(k)) for k in spec.kernels)
@@ -278,9 +296,15 @@ def layout(spec: ExecutableSpec) -> Tuple[int, List[Tuple[int, memoryview]]]:
             out += struct.pack("<IIIII", strings(f.name), FUNCTION_PRIVATE if f.private else 0, len(f.params),
                                f.num_registers, len(f.sym_names))
             out += struct.pack(f"<{len(f.sym_names)}I", *[strings(s) for s in f.sym_names])
+            if version >= MIN_FORMAT_VERSION_WITH_DERIVED:
+                out += struct.pack("<I", len(f.derived))
+                for d in f.derived:
+                    out += struct.pack("<IIqq", d.op, d.flags, d.a, d.b)
+                bounds = list(f.bounds) or [-1] * len(f.sym_names)
+                out += struct.pack(f"<{len(bounds)}q", *bounds)
             out += struct.pack("<QQQ", f.arena_size, code_base + start, size)
             for i, p in enumerate(f.params):
-                shape = _shape_codes(p.shape, f.sym_names, f"{f.name}: parameter {i} '{p.name}'")
+                shape = _shape_codes(p.shape, f.dim_names(), f"{f.name}: parameter {i} '{p.name}'")
                 out += struct.pack("<IBBHI", strings(p.name), *dtype_to_dl(p.dtype), len(shape))
                 out += struct.pack(f"<{len(shape)}q", *shape)
         return bytes(out)
@@ -316,7 +340,7 @@ def layout(spec: ExecutableSpec) -> Tuple[int, List[Tuple[int, memoryview]]]:
     blob_size = align_up(pos, 8)
 
     head = bytearray(table_offset + SECTION_ENTRY_SIZE * len(order))
-    head[0:HEADER_SIZE] = struct.pack("<8sIIQIIQ24x", MAGIC, FORMAT_VERSION, HEADER_SIZE, blob_size,
+    head[0:HEADER_SIZE] = struct.pack("<8sIIQIIQ24x", MAGIC, version, HEADER_SIZE, blob_size,
                                       len(order), strings.index[spec.target], table_offset)
     for i, kind in enumerate(order):
         struct.pack_into("<IIQQ", head, table_offset + i * SECTION_ENTRY_SIZE, kind, 0,
@@ -345,7 +369,7 @@ def layout(spec: ExecutableSpec) -> Tuple[int, List[Tuple[int, memoryview]]]:
 def _check_code(f: FunctionSpec, num_consts: int, num_kernels: int, num_externs: int,
                 where=lambda i: "") -> None:
     """Operand counts, registers, table indices, symbolic dims, static arena bounds, final RET."""
-    nsym = len(f.sym_names)
+    nsym = len(f.sym_names) + len(f.derived)
 
     def fail(i, msg):
         raise FormatError(f"function '{f.name}': instruction {i}{where(i)}: {msg}")
@@ -431,9 +455,15 @@ def _check_code(f: FunctionSpec, num_consts: int, num_kernels: int, num_externs:
 def _check_function(f: FunctionSpec) -> None:
     if f.name in RESERVED_NAMES:
         raise FormatError(f"function name '{f.name}' is reserved by the VM")
-    if len(f.sym_names) > MAX_SYMS:
-        raise FormatError(f"function '{f.name}': {len(f.sym_names)} symbolic dimensions exceed the "
-                          f"limit of {MAX_SYMS}")
+    if len(f.sym_names) + len(f.derived) > MAX_SYMS:
+        raise FormatError(f"function '{f.name}': {len(f.sym_names)} symbolic and {len(f.derived)} derived "
+                          f"dimensions exceed the limit of {MAX_SYMS}")
+    try:
+        check_table(f.sym_names, f.derived, f"function '{f.name}'")
+    except DimError as e:
+        raise FormatError(str(e)) from None
+    if f.bounds and len(f.bounds) != len(f.sym_names):
+        raise FormatError(f"function '{f.name}': {len(f.bounds)} bounds for {len(f.sym_names)} symbolic dimensions")
     if f.num_registers > MAX_REGISTERS:
         raise FormatError(f"function '{f.name}': num_registers {f.num_registers} exceeds the limit "
                           f"of {MAX_REGISTERS}")
@@ -518,7 +548,7 @@ def validate(spec: ExecutableSpec) -> None:
                 dt.check(p.dtype)
             except ValueError as e:
                 raise FormatError(f"{f.name}: parameter {i} '{p.name}': {e}") from None
-            _shape_codes(p.shape, f.sym_names, f"{f.name}: parameter {i} '{p.name}'")
+            _shape_codes(p.shape, f.dim_names(), f"{f.name}: parameter {i} '{p.name}'")
         _check_code(f, len(spec.constants), len(spec.kernels), len(spec.externs))
     _check_calls(spec.functions)
 

@@ -34,6 +34,7 @@ from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
+from ..ir.derived_dims import DimError, DimTable, upper_bound
 from ..ir.expr import IntImm, Var
 from ..ir.function import IRModule, PrimFunc
 from ..ir.graph import (BUILTIN_OPS, Call, Constant, ExternFunc, Function, GlobalVar, GraphExpr, GraphVar,
@@ -112,7 +113,16 @@ class _FunctionLowering:
 
     def __init__(self, name: str, func: Function, tables: Tables, prim_funcs: Dict[str, PrimFunc]):
         self.name, self.func, self.tables, self.prim_funcs = name, func, tables, prim_funcs
+        # Plain symbolic dims first (bound from the arguments), so derived ones number after them.
         self.sym_names: List[str] = []
+        for p in func.params:
+            for d in (p.ty.shape or ()) if isinstance(p.ty, TensorType) else ():
+                if isinstance(d, Var) and d.name not in self.sym_names:
+                    self.sym_names.append(d.name)
+        self.table = DimTable(self.sym_names)
+        # Upper bounds of symbolic dims ("kiln.bounds" attribute: nn export bounds=, --bound):
+        # symbolic-size intermediates are then planned in the arena at their largest size.
+        self.bounds: Dict[str, int] = {k: int(v) for k, v in (func.attr("kiln.bounds") or ())}
         self.params = [self._param(i, p) for i, p in enumerate(func.params)]
         self.bindings = list(func.bindings())
         # Filled by analyse(): per call binding, the allocation ids of its outputs.
@@ -132,37 +142,24 @@ class _FunctionLowering:
         if not isinstance(ty, TensorType) or ty.shape is None:
             raise LowerError(f"graph function '{self.name}': parameter {i} '{p.name}' has type {ty!r}; "
                              "executable functions take tensors of known rank")
+        names = self.table.names
         shape = []
         for axis, d in enumerate(ty.shape):
-            if isinstance(d, IntImm):
-                shape.append(int(d.value))
-            elif isinstance(d, Var):
-                if d.name not in self.sym_names:
-                    self.sym_names.append(d.name)
-                shape.append(d.name)
-            else:
-                raise LowerError(f"graph function '{self.name}': parameter {i} '{p.name}' has shape entry "
-                                 f"{d!r} at axis {axis}; parameter dimensions must be constants or "
-                                 "symbolic variables")
+            try:
+                code = self.table.code(d, f"graph function '{self.name}': parameter {i} '{p.name}' axis {axis}")
+            except DimError as e:
+                raise LowerError(str(e)) from None
+            shape.append(code if code >= 0 else names()[-1 - code])
         return ParamSpec(p.name, ty.dtype, shape)
 
     def _dims(self, ty: TensorType, what: str) -> List[int]:
         """Shape of an allocation as bytecode dims (>= 0 fixed, -1-k symbolic k)."""
         if ty.shape is None:
             raise LowerError(f"{what}: output of unknown rank cannot be allocated")
-        dims = []
-        for d in ty.shape:
-            if isinstance(d, IntImm):
-                dims.append(int(d.value))
-            elif isinstance(d, Var) and d.name in self.sym_names:
-                dims.append(-1 - self.sym_names.index(d.name))
-            elif isinstance(d, Var):
-                raise LowerError(f"{what}: output dimension '{d.name}' appears in no parameter shape of "
-                                 f"'{self.name}', so the VM cannot know it")
-            else:
-                raise LowerError(f"{what}: output dimension {d!r} is an expression; the executable "
-                                 "format allocates only constant or plain symbolic dimensions")
-        return dims
+        try:
+            return [self.table.code(d, f"{what}: output") for d in ty.shape]
+        except DimError as e:
+            raise LowerError(f"{e}, so the VM cannot know it") from None
 
     # ---- analysis: allocations, live ranges, escapes -----------------------------------
     def analyse(self) -> None:
@@ -217,8 +214,12 @@ class _FunctionLowering:
         allocs = []
         for k, ty in self.alloc_types.items():
             shape = ty.static_shape()
+            if shape is None and self.bounds and ty.shape is not None:
+                # Planned at its largest size; the VM checks the view fits at run time.
+                ub = [upper_bound(d, self.bounds) for d in ty.shape]
+                shape = None if None in ub else tuple(ub)
             if k in escaping or shape is None:
-                continue  # returned, or sized by symbolic dims: ALLOC_OUTPUT
+                continue  # returned, or sized by unbounded symbolic dims: ALLOC_OUTPUT
             nbytes = int(np.prod(shape, dtype=np.int64)) * dtype_nbytes(ty.dtype)
             allocs.append(Alloc(k, nbytes, first[k], last[k]))
         self.arena_ids = {a.key for a in allocs}
@@ -284,8 +285,10 @@ class _FunctionLowering:
                 regs[b.var] = value(v, i)
         code.append(Instruction(Op.RET, [value(self.func.body, len(self.bindings))]))
         code = insert_frees(code)
+        bounds = [self.bounds.get(s, -1) for s in self.sym_names] if self.bounds else []
         return FunctionSpec(self.name, self.params, list(self.sym_names), counter[0],
-                            self.plan.arena_size, code, private=bool(self.func.attr("private", False)))
+                            self.plan.arena_size, code, private=bool(self.func.attr("private", False)),
+                            derived=list(self.table.derived), bounds=bounds)
 
     def _emit_call(self, i, call: Call, value, new_reg, code) -> int:
         if call.op == "call_if":
