@@ -277,6 +277,11 @@ def cmd_tune(args) -> int:
     print(report)
     print(f"records in {args.db}; compile with: kiln compile {args.model} --tuning-db {args.db}"
           + (f" --target '{args.target}'" if args.target != "llvm" else ""))
+    if args.plot:
+        try:
+            print(f"tuning curve in {report.plot(args.plot)}")
+        except (ImportError, ValueError) as e:
+            raise CLIError(f"--plot {args.plot}: {e}") from None
     return 130 if report.interrupted else 0
 
 
@@ -411,6 +416,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="pin the shape of graph input NAME (repeatable)")
     t.add_argument("--const-input", type=_parse_value, action="append", metavar="NAME=VALUE",
                    help="fix graph input NAME to a value at compile time (repeatable)")
+    t.add_argument("--plot", metavar="PATH", help="draw the best model latency against trials "
+                   "and wall time to this image (.png, .svg, .pdf; needs matplotlib)")
     t.add_argument("--scheduler", metavar="ADDRESS", help="measure on the workers of this Dask "
                    "cluster (e.g. tcp://host:8786) instead of this machine; see docs/tuning.md")
     t.add_argument("-q", "--quiet", action="store_true", help="no progress bar or messages on stderr")

@@ -73,9 +73,12 @@ def test_a_killed_run_keeps_its_records_and_a_second_run_resumes(tmp_path):
 def test_kiln_tune_then_compile_with_the_records(tmp_path):
     model, w = matmul_onnx(tmp_path / "mm.onnx", m=8, k=32, n=16)
     db = tmp_path / "tuning.jsonl"
-    proc = kiln_cli("tune", model, "--db", db, "--trials", "3")
+    png = tmp_path / "curve.png"
+    proc = kiln_cli("tune", model, "--db", db, "--trials", "3", "--plot", png)
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
+    assert f"tuning curve in {png}" in out
+    _check_png(png)
     assert "matmul" in out and "default us" in out and "model estimate" in out
     assert f"--tuning-db {db}" in out
     assert "kiln tune" in proc.stderr and "trial" in proc.stderr     # the progress bar
@@ -110,6 +113,37 @@ def test_kiln_tune_then_compile_with_the_records(tmp_path):
     tuned = kiln.get_pipeline("default", PassContext(tuning_db=str(db)))(mod)
     (kernel,) = [f for f in tuned.functions.values() if isinstance(f, kiln.ir.PrimFunc)]
     assert parse_decisions(dict(kernel.attrs)["kiln.decisions"]) == best["decisions"]
+
+
+def _check_png(path) -> None:
+    """A real picture: a PNG of the figure's size with lines drawn (many colours, mostly
+    white background), not an empty canvas."""
+    import matplotlib.image
+    data = open(path, "rb").read()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+    img = matplotlib.image.imread(str(path))
+    assert img.shape[:2] == (420, 1100)
+    rgb = (img[..., :3] * 255).astype(np.uint8).reshape(-1, 3)
+    colours = np.unique(rgb, axis=0)
+    assert len(colours) > 50
+    ink = np.any(rgb < 200, axis=1).mean()
+    assert 0.005 < ink < 0.5, ink
+
+
+def test_the_curve_starts_after_the_defaults_and_is_plotted(tmp_path):
+    pytest.importorskip("matplotlib")
+    mod, _ = matmul_graph_module(m=16, k=64, n=64)
+    report = kiln.tune(mod, db=tmp_path / "db.jsonl", trials=4, num_threads=1, batch=2,
+                       progress=False, confirm=False, check_model=False)
+    curve = report.curve
+    # one point when the default is known, then one per measurement
+    assert len(curve) == 1 + (report.kernels[0].new - 1)
+    assert curve[0][0] == 1 and curve[0][2] == pytest.approx(report.kernels[0].default_s)
+    assert [p[0] for p in curve] == sorted(p[0] for p in curve)
+    assert all(b[1] >= a[1] and b[2] <= a[2] for a, b in zip(curve, curve[1:]))
+    assert curve[-1][2] == pytest.approx(report.best_model_s)
+    png = report.plot(tmp_path / "plots" / "curve.png")
+    _check_png(png)
 
 
 def test_cli_errors(tmp_path):

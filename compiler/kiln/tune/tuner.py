@@ -73,7 +73,15 @@ class TuneReport:
     model_default_s: Optional[float] = None
     model_tuned_s: Optional[float] = None
     model_note: str = ""
-    curve: List[tuple] = field(default_factory=list)   # (trials, seconds, model estimate)
+    # (trials measured in this run, seconds since it started, model estimate) per measurement,
+    # from when every kernel's default is known (``plot``)
+    curve: List[tuple] = field(default_factory=list)
+
+    def plot(self, path) -> str:
+        """Draw the best model estimate against trials and wall time to the image ``path``
+        (``plot.plot_report``; needs matplotlib); returns the path."""
+        from .plot import plot_report
+        return plot_report(self, path)
 
     @property
     def default_model_s(self) -> Optional[float]:
@@ -226,11 +234,18 @@ def tune(mod, target="llvm", db="tuning.jsonl", trials: Optional[int] = None,
         if bar is not None:
             bar.update(1 if new and not again else 0)
             _bar_status(bar, report)
+        if searching:
+            add_point()
+
+    def add_point() -> None:
         report.curve.append((sum(s.report.new for s in states), time.monotonic() - t_start,
                              report.best_model_s))
 
+    searching = False       # the curve starts once every default is measured
     try:
         _baselines(states, executor, record)
+        searching = True
+        add_point()
         while not over_budget():
             live = [s for s in states if not s.done and s.reference is not None
                     and s.left() != 0 and not s.space.exhausted]
