@@ -17,7 +17,7 @@ def test_pipeline_contents():
     assert get_pipeline("zero", AVX2_CTX).names() == ["legalize", "default_schedule"]
     assert get_pipeline("default", AVX2_CTX).names() == [
         "fold_constant", "eliminate_common_subexpr", "dead_code_elimination", "conv_winograd",
-        "convert_layout_nchwc", "fuse_ops",
+        "fuse_attention", "convert_layout_nchwc", "fuse_ops",
         "legalize", "fold_constant", "dead_code_elimination", "default_schedule"]
     assert kiln.get_pipeline("zero", AVX2_CTX).names() == ["legalize", "default_schedule"]
 
@@ -138,7 +138,9 @@ def test_transformer_block_default_pipeline_with_bound_weights():
     names = [p.name for p in mod["main"].params]
     bound = bind_params("main", dict(zip(names[1:], args[1:])))(mod)
     out = get_pipeline("default", PassContext(target=AVX2, verify=True))(bound)
-    assert kernel_calls(out) == 15
+    # 15 kernels, of which the attention's QK^T, softmax and PV become one (fuse_attention)
+    assert kernel_calls(out) == 13
+    assert "attention" in kernels(out)
     np.testing.assert_allclose(run_vm(out, args[:1]), reference(mod, args), rtol=1e-4, atol=1e-4)
 
 

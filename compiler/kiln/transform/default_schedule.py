@@ -11,6 +11,9 @@ hand-written schedules are left alone) is scheduled with ``kiln.Schedule``:
      rest parallel when the kernel is big enough (``schedule_rules.schedule_spatial``);
    - ``winograd input`` / ``winograd output`` (the transforms of a Winograd conv,
      ``schedule_winograd.py``; its contraction is a ``matmul`` below);
+   - ``attention`` (softmax(q @ kt * scale + mask) @ v fused by ``fuse_attention``): per
+     block of query rows, both products as register tiles and the softmax between them
+     (``schedule_attention.py``);
    - ``conv nchwc`` (a conv2d computed channel-blocked, ``conv_blocked.py``): a tile of
      output pixels x a block of output channels, vectorized over the channels
      (``schedule_conv.py``);
@@ -62,7 +65,11 @@ from .schedule_nchwc import (find_blocked_pool, find_depthwise, schedule_blocked
                              schedule_depthwise)
 from .schedule_pool import pool_block, schedule_pool
 from .schedule_tile import analyze_contraction, schedule_contraction
+from .schedule_attention import RULES as ATTENTION_RULES
 from .schedule_winograd import RULES as WINOGRAD_RULES
+
+# Rules for kernels of one operator, by the kernel's anchor (``kiln.anchor``).
+ANCHOR_RULES = {**WINOGRAD_RULES, **ATTENTION_RULES}
 
 
 def default_schedule(ctx: Optional[PassContext] = None) -> Pass:
@@ -142,8 +149,8 @@ def _start(func: PrimFunc) -> Schedule:
 
 
 def _by_kind(func: PrimFunc, ctx: PassContext, decide: Decisions) -> Tuple[PrimFunc, str]:
-    rule = WINOGRAD_RULES.get(dict(func.attrs).get(ATTR_ANCHOR))
-    if rule is not None:        # a Winograd transform kernel (schedule_winograd.py)
+    rule = ANCHOR_RULES.get(dict(func.attrs).get(ATTR_ANCHOR))
+    if rule is not None:        # a Winograd transform or attention kernel
         return rule(func, ctx, decide)
     if find_blocked_conv(func) is not None:
         return schedule_blocked_conv(func, ctx, decide)

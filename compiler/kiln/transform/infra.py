@@ -58,6 +58,8 @@ class PassContext:
     - ``winograd``: the default pipeline computes 3x3 stride-1 convs with a constant weight
       as Winograd F(4x4, 3x3) where its cost rule expects it to be faster
       (``conv_winograd.py``, docs/winograd.md).
+    - ``fuse_attention``: the default pipeline turns ``softmax(q @ kt * scale + mask) @ v``
+      into one ``attention`` kernel per block of query rows (``fuse_attention.py``).
     - ``vector_lanes``: elements per vector chunk in elementwise / reduction kernels (derived:
       two registers' worth).
     - ``vectorize_reductions``: reductions over a contiguous row (softmax, layer_norm) are
@@ -88,6 +90,7 @@ class PassContext:
     conv_blocking: bool = True
     nchwc_layout: bool = True
     winograd: bool = True
+    fuse_attention: bool = True
     vector_lanes: Optional[int] = None
     vectorize_reductions: bool = True
     parallel_min_elements: int = 16384

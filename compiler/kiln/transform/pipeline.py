@@ -15,6 +15,8 @@
     conv_winograd            3x3 stride-1 convs with a constant weight that the cost rule
                              says are faster as Winograd F(4x4, 3x3) become its three
                              operators (docs/winograd.md; PassContext(winograd=False): off)
+    fuse_attention           softmax(q @ kt * scale + mask) @ v -> one attention kernel per
+                             block of query rows (PassContext(fuse_attention=False): off)
     convert_layout_nchwc     activations channel-blocked (NCHW[b]c) from conv to conv
                              (docs/layout.md; PassContext(nchwc_layout=False): off)
     fuse_ops                 operator groups -> one tensor program each (weights of
@@ -38,6 +40,7 @@ from .default_schedule import default_schedule
 from .eliminate_common_subexpr import eliminate_common_subexpr
 from .conv_winograd import conv_winograd
 from .fold_constant import fold_constant
+from .fuse_attention import fuse_attention
 from .fuse_ops import fuse_ops
 from .infra import Pass, PassContext, Sequential, context
 from .layout_nchwc import convert_layout_nchwc
@@ -55,6 +58,7 @@ def _default(ctx: PassContext) -> List[Pass]:
         eliminate_common_subexpr(),
         dead_code_elimination(),
         *([conv_winograd(ctx)] if ctx.winograd else []),
+        fuse_attention(ctx),
         *([convert_layout_nchwc(ctx)] if ctx.nchwc_layout else []),
         fuse_ops(ctx),
         legalize(ctx),

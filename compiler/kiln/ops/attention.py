@@ -1,0 +1,134 @@
+"""Scaled dot-product attention as one operator (pattern ``opaque``): what the graph pass
+``fuse_attention`` makes of ``softmax(q @ kt * scale + mask) @ v``, so the whole of it runs as
+one kernel per block of rows, with the scores of those rows living in the cache
+(``transform/schedule_attention.py``) instead of a (heads, M, N) tensor written out and read
+back three times.
+
+``attention(q, kt, v[, mask], scale=1.0)``, for batch dims ``b...`` (heads included) equal
+in ``q``, ``kt`` and ``v``::
+
+    q (b..., M, D)   kt (b..., D, N)   v (b..., N, Dv)   mask broadcasting to (b..., M, N)
+    out (b..., M, Dv) = softmax(q @ kt * scale + mask, axis=-1) @ v
+
+``kt`` is the keys already transposed, as ONNX exporters write attention
+(``MatMul(Q, Transpose(K))``); the mask is added (``-inf`` or a large negative number hides a
+key). Blocks, in order::
+
+    attention_score[b, i, j]  = sum_k q[b, i, k] * kt[b, k, j]
+    attention_logit[b, i, j]  = attention_score * scale + mask          (inlined by the rule)
+    attention_max[b, i]       = max_j attention_logit
+    attention_exp[b, i, j]    = exp(attention_logit - attention_max)
+    attention_sum[b, i]       = sum_j attention_exp
+    attention_pv[b, i, d]     = sum_j attention_exp[b, i, j] * v[b, j, d]
+    attention[b, i, d]        = attention_pv / attention_sum
+
+Normalising after ``@ v`` (one divide per output instead of one per score) is the only
+change of order against the unfused graph; float32 only (the scores of float16 inputs would
+want a float32 accumulator, which the unfused graph keeps).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .. import te
+from ..ir.graph import TensorType
+from .common import (broadcast_indices, broadcast_shapes, dims_equal, error, get_attrs, literal,
+                     shape_str, tensor_args)
+from .registry import OpError, register
+
+NAME = "attention"
+
+
+def _shapes(types):
+    """(batch shape, M, D, N, Dv) of an attention call; raises OpError naming the shapes."""
+    if len(types) not in (3, 4):
+        raise error(NAME, f"expected 3 or 4 arguments (q, kt, v[, mask]), got {len(types)}")
+    names = ("q", "kt", "v", "mask")[:len(types)]
+    args = tensor_args(NAME, types, names=names, count=len(types))
+    q, kt, v = args[:3]
+    for name, t in zip(names, args):
+        if t.dtype != "float32":
+            raise error(NAME, f"{name} must be float32, got {t.dtype}")
+    if q.ndim < 2 or kt.ndim != q.ndim or v.ndim != q.ndim:
+        raise error(NAME, f"q, kt and v must have the same rank >= 2, got q {shape_str(q.shape)}, "
+                          f"kt {shape_str(kt.shape)}, v {shape_str(v.shape)}")
+    batch = q.shape[:-2]
+    all3 = f"q {shape_str(q.shape)}, kt {shape_str(kt.shape)}, v {shape_str(v.shape)}"
+    for name, t in (("kt", kt), ("v", v)):
+        if len(t.shape[:-2]) != len(batch) or not all(
+                dims_equal(a, b) is True for a, b in zip(t.shape[:-2], batch)):
+            raise error(NAME, f"the batch dims of {name} differ from q's ({all3})")
+    m, d = q.shape[-2:]
+    if dims_equal(kt.shape[-2], d) is not True:
+        raise error(NAME, f"kt's dim -2 must equal q's last dim ({all3})")
+    n, dv = v.shape[-2:]
+    if dims_equal(kt.shape[-1], n) is not True:
+        raise error(NAME, f"kt's last dim must equal v's dim -2 ({all3})")
+    if len(args) == 4:
+        try:
+            out = broadcast_shapes(NAME, args[3].shape, tuple(batch) + (m, n))
+        except OpError:
+            out = None
+        if out is None or len(out) != len(batch) + 2 or not all(
+                dims_equal(a, b) is True for a, b in zip(out, tuple(batch) + (m, n))):
+            raise error(NAME, f"mask {shape_str(args[3].shape)} does not broadcast to the scores "
+                              f"{shape_str(tuple(batch) + (m, n))}")
+    return batch, m, d, n, dv
+
+
+def _scale(attrs) -> float:
+    s = get_attrs(NAME, attrs, scale=1.0)["scale"]
+    if isinstance(s, bool) or not isinstance(s, (int, float)) or not np.isfinite(s):
+        raise error(NAME, f"scale={s!r} must be a finite number")
+    return float(s)
+
+
+def _infer(types, attrs):
+    batch, m, _, _, dv = _shapes(types)
+    _scale(attrs)
+    return TensorType(tuple(batch) + (m, dv), "float32")
+
+
+def _compute(args, attrs):
+    q, kt, v = args[:3]
+    mask = args[3] if len(args) == 4 else None
+    batch, m, d, n, dv = _shapes([TensorType(t.shape, t.dtype) for t in args])
+    scale = literal(_scale(attrs), "float32")
+    nb = len(batch)
+    k = te.reduce_axis(d, name="k")
+    score = te.compute(tuple(batch) + (m, n),
+                       lambda *i: te.sum(q[i[:nb] + (i[nb], k)] * kt[i[:nb] + (k, i[nb + 1])], axis=k),
+                       name="attention_score")
+
+    def logit(*i):
+        s = score[i] * scale
+        if mask is None:
+            return s
+        return s + mask[broadcast_indices(i, mask.shape, tuple(batch) + (m, n))]
+    lg = te.compute(tuple(batch) + (m, n), logit, name="attention_logit")
+    j1 = te.reduce_axis(n, name="j")
+    mx = te.compute(tuple(batch) + (m,), lambda *r: te.max(lg[r + (j1,)], axis=j1), name="attention_max")
+    ex = te.compute(tuple(batch) + (m, n), lambda *i: te.exp(lg[i] - mx[i[:-1]]), name="attention_exp")
+    j2 = te.reduce_axis(n, name="j")
+    sm = te.compute(tuple(batch) + (m,), lambda *r: te.sum(ex[r + (j2,)], axis=j2), name="attention_sum")
+    j3 = te.reduce_axis(n, name="j")
+    pv = te.compute(tuple(batch) + (m, dv),
+                    lambda *i: te.sum(ex[i[:-1] + (j3,)] * v[i[:nb] + (j3, i[-1])], axis=j3),
+                    name="attention_pv")
+    return te.compute(tuple(batch) + (m, dv), lambda *i: pv[i] / sm[i[:-1]], name=NAME)
+
+
+def attention_reference(q, kt, v, mask=None, scale=1.0):
+    """numpy: ``softmax(q @ kt * scale + mask, axis=-1) @ v`` in float64, cast back."""
+    s = np.matmul(q.astype("float64"), kt.astype("float64")) * scale
+    if mask is not None:
+        s = s + mask.astype("float64")
+    s = np.exp(s - s.max(axis=-1, keepdims=True))
+    p = s / s.sum(axis=-1, keepdims=True)
+    return np.matmul(p, v.astype("float64")).astype(q.dtype)
+
+
+register(NAME, infer=_infer, compute=_compute, reference=attention_reference, pattern="opaque",
+         doc="attention(q, kt, v[, mask], scale=1.0): softmax(q @ kt * scale + mask, axis=-1) @ v "
+             "for q (b..., M, D), kt (b..., D, N), v (b..., N, Dv), float32; the mask broadcasts "
+             "to (b..., M, N). One kernel (see ops/attention.py); made by the fuse_attention pass.")

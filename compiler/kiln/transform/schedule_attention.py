@@ -1,0 +1,111 @@
+"""The schedule of a fused attention kernel (``ops/attention.py``, anchor ``attention``): the
+whole of ``softmax(q @ kt * scale + mask) @ v`` per block of ``rows`` query rows of one head,
+the blocks (batch x heads x row blocks) run in parallel::
+
+    for b_h_i0 in T.parallel(B * H * M / rows):
+        # scores of the rows: a register tile of rows x nr, kt's rows streamed (k outermost)
+        for j0, k, ii (unrolled), j1 (vectorized):  score[ii, j] += q[ii, k] * kt[k, j]
+        max, exp and sum over each row (vector partials, schedule_row_reduce.py)
+        # the rows times v, the same register tile
+        for d0, j, ii (unrolled), d1 (vectorized):  pv[ii, d] += exp[ii, j] * v[j, d]
+        out[ii, d] = pv[ii, d] / sum[ii]
+
+Scores live in a rows x N scratch buffer (1 KiB for 4 rows of 64 keys), so nothing of
+size heads x M x N reaches memory, and the mask and scale are applied where the scores
+are read (``attention_logit`` inlined).
+
+Decisions (``kiln.schedule.decisions``): ``rows`` (query rows per task: a divisor of M), ``nr``
+(key columns and value columns per register tile: a multiple of the vector width), and
+``parallel``; the row reductions' ``<block>.rfactor``.
+"""
+from __future__ import annotations
+
+from typing import List, Tuple
+
+from ..ir import IRModule, PrimFunc
+from ..schedule import Schedule
+from ..schedule.decisions import Decisions
+from .infra import PassContext
+from .schedule_row_reduce import vectorize_row_reductions
+from .schedule_rules import static_extent
+
+ANCHOR = "attention"
+
+
+def _divisors(n: int, limit: int) -> List[int]:
+    return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
+
+
+def tile_of(m: int, n: int, dv: int, ctx: PassContext) -> Tuple[int, int]:
+    """(rows, nr): ``nr`` columns of up to 4 vectors (no wider than the keys and values need),
+    and as many rows as keep the accumulators of a rows x nr tile within
+    ``tile_accumulators`` (the registers left after the broadcast operand and the loads)."""
+    lanes = ctx.simd_lanes
+    widest = max(n, dv)
+    vectors = max(1, min(4, -(-widest // lanes)))
+    nr = vectors * lanes
+    rows_max = max(1, ctx.tile_accumulators // vectors)
+    rows = max(_divisors(m, rows_max))
+    return rows, nr
+
+
+def _extent(sch: Schedule, loop) -> int:
+    return static_extent(sch._loop(loop)[0])
+
+
+def _tile_reduction(sch: Schedule, block: str, tasks, nr: int) -> None:
+    """``block`` (loops [ii,] x, red under the ``tasks`` loop; no ii loop when one row per
+    task) as a register tile: x split by ``nr``, the reduction outside the unrolled rows and
+    the vectorized columns."""
+    rv = sch.get_block(block)
+    loops = sch.get_loops(rv)
+    inner = loops[[lp.var for lp in loops].index(tasks.var) + 1:]
+    ii = inner[0] if len(inner) == 3 else None
+    x, red = inner[-2], inner[-1]
+    extent = _extent(sch, x)
+    x0, x1 = sch.split(x, [None, nr]) if extent is not None and extent > nr else (None, x)
+    sch.reorder(*[lp for lp in (x0, red, ii, x1) if lp is not None])
+    sch.decompose_reduction(rv, red)
+    loops = sch.get_loops(sch.get_block(block))
+    if ii is not None:
+        sch.unroll(loops[-2])
+    sch.vectorize(loops[-1])
+    init = sch.get_block(f"{block}_init")
+    sch.vectorize(sch.get_loops(init)[-1])
+
+
+def schedule_attention(func: PrimFunc, ctx: PassContext, decide: Decisions) -> Tuple[PrimFunc, str]:
+    """The rule (module docstring); returns the scheduled function and its description."""
+    sch = Schedule(IRModule({"main": func}), "main")
+    sch.compute_inline(sch.get_block("attention_logit"))
+    out = sch.get_block(ANCHOR)
+    loops = sch.get_loops(out)
+    m, dv = (_extent(sch, lp) for lp in loops[-2:])
+    n = _extent(sch, sch.get_loops(sch.get_block("attention_exp"))[-1])
+    if None in (m, dv, n):
+        raise ValueError("attention: the rule needs static M, N and Dv")
+    rows0, nr0 = tile_of(m, n, dv, ctx)
+    rows = decide.choose("rows", _divisors(m, 16), default=rows0)
+    lanes = ctx.simd_lanes
+    nr = decide.choose("nr", [lanes * v for v in (1, 2, 3, 4)], default=nr0)
+    i0, ii = sch.split(loops[-2], [None, rows])
+    tasks = sch.fuse(*loops[:-2], i0) if len(loops) > 2 else i0
+    for name in ("attention_pv", "attention_sum", "attention_exp", "attention_max",
+                 "attention_score"):
+        sch.compute_at(sch.get_block(name), tasks)
+    for name in ("attention_score", "attention_pv"):
+        _tile_reduction(sch, name, tasks, nr)
+    sch.vectorize(sch.get_loops(sch.get_block("attention_exp"))[-1])
+    sch.vectorize(sch.get_loops(sch.get_block(ANCHOR))[-1])
+    parts = [f"attention: rows {rows}, tile {rows}x{nr}"]
+    work = _extent(sch, tasks) * rows * n * dv      # multiply-adds of the second product
+    if decide.choose("parallel", [False, True], default=work >= ctx.parallel_min_elements):
+        sch.parallel(tasks)
+        parts.append("parallel")
+    done = vectorize_row_reductions(sch, ctx, decide)
+    if done:
+        parts.append(f"rfactor {len(done)} reduction(s)")
+    return sch.func, ", ".join(parts)
+
+
+RULES = {ANCHOR: schedule_attention}

@@ -1,0 +1,166 @@
+"""Fused attention: the ``attention`` operator against its numpy reference, the
+``fuse_attention`` pass (which graphs it rewrites and which it leaves), and the kernel the
+default pipeline makes of it (``schedule_attention.py``) against numpy for odd shapes, with
+its register tile derived from an AVX2, an AVX-512 and an AArch64 target."""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln import codegen, ops
+from kiln.driver import lower
+from kiln.ir.graph import Constant
+from kiln.ops.attention import attention_reference
+from kiln.transform import PassContext, fuse_attention
+from kiln.transform.schedule_attention import tile_of
+
+from transform_helpers import AVX2, attr, graph_module, kernels, rand, run_vm, typed
+
+AVX512 = "llvm -mcpu=skylake-avx512"
+AARCH64 = "llvm -mtriple=aarch64-linux-gnu"
+
+
+def _attention_graph(b, m, d, n, dv, mask_shape=(), scale=0.125, mask_first=False, divide=False):
+    """The graph exporters write: matmul, scale, + mask, softmax, matmul."""
+    q, kt, v = typed("q", b + (m, d)), typed("kt", b + (d, n)), typed("v", b + (n, dv))
+    params = [q, kt, v]
+    if mask_shape:
+        params.append(typed("mask", mask_shape))
+
+    def body(emit, q, kt, v, *mask):
+        s = emit("matmul", q, kt)
+        if scale is not None:
+            c = Constant(np.array(1.0 / scale if divide else scale, "float32"))
+            s = emit("divide" if divide else "multiply", s, c)
+        if mask:
+            s = emit("add", *((mask[0], s) if mask_first else (s, mask[0])))
+        p = emit("softmax", s, axis=-1)
+        return ops.call("matmul", p, v)
+    return graph_module(params, body)
+
+
+def _args(mod, seed=0):
+    out = [rand(p.ty.static_shape(), seed=seed + i) for i, p in enumerate(mod["main"].params)]
+    if len(out) == 4:   # a causal mask, as GPT-2 adds it
+        m, n = out[3].shape[-2:]
+        out[3] = np.broadcast_to(np.triu(np.full((m, n), -1e4, "float32"), 1), out[3].shape).copy()
+    return out
+
+
+def _want(args, scale=0.125):
+    return attention_reference(*args[:3], args[3] if len(args) == 4 else None, scale=scale)
+
+
+def _run(mod, args, target=AVX2):
+    """``mod`` through the "zero" pipeline (legalize + default schedules), compiled, run."""
+    return run_vm(kiln.get_pipeline("zero", target=target)(mod), args, target=target)
+
+
+def _ops(mod):
+    return [b.value.op for b in mod["main"].bindings()]
+
+
+# ---- the operator ------------------------------------------------------------------------------
+def test_attention_op_matches_its_reference():
+    q, kt, v = typed("q", (2, 5, 3)), typed("kt", (2, 3, 7)), typed("v", (2, 7, 4))
+    assert ops.call("attention", q, kt, v, scale=0.5).ty.static_shape() == (2, 5, 4)
+    mod = graph_module([q, kt, v], lambda emit, q, kt, v: ops.call("attention", q, kt, v, scale=0.5))
+    args = _args(mod)
+    np.testing.assert_allclose(_run(mod, args), attention_reference(*args, scale=0.5),
+                               rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("shapes,match", [
+    (((2, 5, 3), (2, 4, 7), (2, 7, 4)), "kt's dim -2"),
+    (((2, 5, 3), (2, 3, 7), (2, 6, 4)), "kt's last dim"),
+    (((2, 5, 3), (1, 3, 7), (2, 7, 4)), "batch dims of kt"),
+    (((5, 3), (3, 7), (7, 4), (2, 5, 7)), "does not broadcast"),
+])
+def test_attention_op_errors_name_the_shapes(shapes, match):
+    args = [typed(f"x{i}", s) for i, s in enumerate(shapes)]
+    with pytest.raises(ops.OpError, match=match):
+        ops.call("attention", *args)
+
+
+# ---- the pass ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("variant", [
+    dict(mask_shape=(1, 1, 16, 16)),
+    dict(mask_shape=(1, 1, 16, 16), mask_first=True),
+    dict(mask_shape=(16, 16), divide=True),
+    dict(),
+    dict(scale=None),
+])
+def test_pass_fuses_the_exported_pattern(variant):
+    mod = _attention_graph((1, 2), 16, 8, 16, 8, **variant)
+    out = fuse_attention()(mod)
+    assert _ops(out) == ["attention"]
+    scale = variant.get("scale", 0.125)
+    assert dict(next(out["main"].bindings()).value.attrs)["scale"] == pytest.approx(scale or 1.0)
+    args = _args(mod)
+    np.testing.assert_allclose(_run(out, args), _want(args, scale or 1.0), rtol=1e-5, atol=1e-5)
+
+
+def test_pass_leaves_attention_whose_scores_are_used_elsewhere():
+    q, kt, v = typed("q", (2, 8, 4)), typed("kt", (2, 4, 8)), typed("v", (2, 8, 4))
+
+    def body(emit, q, kt, v):
+        s = emit("matmul", q, kt)
+        p = emit("softmax", s, axis=-1)
+        o = emit("matmul", p, v)
+        return ops.call("add", o, emit("sum", s, axis=-1, keepdims=True))   # s used twice
+    mod = graph_module([q, kt, v], body)
+    assert "attention" not in _ops(fuse_attention()(mod))
+
+
+def test_pass_leaves_broadcast_batch_dims_and_other_axes():
+    q, kt, v = typed("q", (2, 8, 4)), typed("kt", (4, 8)), typed("v", (2, 8, 4))
+    mod = graph_module([q, kt, v], lambda emit, q, kt, v: ops.call(
+        "matmul", emit("softmax", emit("matmul", q, kt), axis=-1), v))
+    assert "attention" not in _ops(fuse_attention()(mod))
+    q, kt, v = typed("q", (2, 8, 4)), typed("kt", (2, 4, 8)), typed("v", (2, 8, 4))
+    mod = graph_module([q, kt, v], lambda emit, q, kt, v: ops.call(
+        "matmul", emit("softmax", emit("matmul", q, kt), axis=1), v))
+    assert "attention" not in _ops(fuse_attention()(mod))
+
+
+def test_pass_can_be_switched_off():
+    mod = _attention_graph((1, 2), 16, 8, 16, 8)
+    assert "attention" not in _ops(fuse_attention(PassContext(fuse_attention=False))(mod))
+    out = kiln.get_pipeline("default", PassContext(fuse_attention=False), target=AVX2)(mod)
+    assert not any(n.startswith("attention") for n in kernels(out))
+
+
+# ---- the kernel --------------------------------------------------------------------------------
+@pytest.mark.parametrize("b,m,d,n,dv", [
+    ((1, 4), 64, 64, 64, 64),       # GPT-2 small's heads at 64 tokens
+    ((2, 3), 7, 5, 13, 3),          # odd everything, batch > 1
+    ((1,), 1, 16, 40, 24),          # one query row (a decode step)
+    ((3,), 10, 8, 100, 72),         # more keys / values than one register tile
+])
+@pytest.mark.parametrize("target", [AVX2, "llvm"])
+def test_default_pipeline_runs_attention_as_one_kernel(b, m, d, n, dv, target):
+    mod = _attention_graph(b, m, d, n, dv, mask_shape=(1,) * len(b) + (m, n))
+    out = kiln.get_pipeline("default", target=target)(mod)
+    (name,) = kernels(out)
+    assert attr(out[name], "kiln.schedule").startswith("attention: rows"), attr(out[name], "kiln.schedule")
+    args = _args(mod, seed=3)
+    np.testing.assert_allclose(run_vm(out, args, target=target), _want(args), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("target,nr,rows,vector", [
+    (AVX2, 32, 2, r"vfmadd\w+\s+.*%ymm"),      # 4 vectors x 2 rows within 12 accumulators
+    (AVX512, 64, 4, r"vfmadd\w+\s+.*%zmm"),    # 4 vectors x 4 rows within 24
+    (AARCH64, 16, 4, r"fmla\s+v\d+\.4s"),
+])
+def test_attention_tile_follows_the_target(target, nr, rows, vector):
+    ctx = PassContext(target=target).resolved()
+    assert tile_of(64, 64, 64, ctx) == (rows, nr)
+    mod = _attention_graph((1, 4), 64, 64, 64, 64, mask_shape=(1, 1, 64, 64))
+    out = kiln.get_pipeline("default", target=target)(mod)
+    (name,) = kernels(out)
+    assert f"x{nr}" in attr(out[name], "kiln.schedule")
+    asm = codegen.compile_module(lower(kiln.IRModule({name: out[name]})), target).assembly()
+    assert re.search(vector, asm)
