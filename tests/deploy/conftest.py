@@ -9,7 +9,8 @@ examples/c/export_mlp.py) and writes, into a session tmp dir:
 - the input, each parameter and the expected output (the Python VM's result) as raw
   little-endian float32 files (``*.bin``, C order) and as ``.npy``.
 
-``java_build`` builds bindings/java (kiln.jar, libkiln_jni.so, the compiled example).
+``java_build`` builds bindings/java (kiln.jar, libkiln_jni.so, the platform jar with the JNI
+library inside, the compiled example).
 ``runtime_build`` builds runtime_c (``make -C runtime_c all asan``, under the build lock of
 tests/conftest.py) and returns its include dir and copies of its libraries; ``runtime_make``
 (tests/conftest.py) runs other targets under the same lock.
@@ -146,6 +147,10 @@ def java_build(build_lock, tmp_path_factory):
         shutil.copyfile(JAVA_DIR / "build" / "kiln.jar", out / "kiln.jar")
         shutil.copyfile(JAVA_DIR / "build" / "libkiln_jni.so", out / "libkiln_jni.so")
         shutil.copytree(JAVA_DIR / "build" / "examples", out / "examples")
+        platform_jar, = (JAVA_DIR / "build").glob("kiln-*-*.jar")   # kiln-VERSION-PLATFORM.jar
+        (out / "platform").mkdir()
+        shutil.copyfile(platform_jar, out / "platform" / platform_jar.name)
     return {"jar": out / "kiln.jar", "lib": out / "libkiln_jni.so", "lib_dir": out,
+            "platform_jar": out / "platform" / platform_jar.name,
             "examples": out / "examples", "java": home / "bin" / "java", "javac": home / "bin" / "javac",
             "home": home}

@@ -7,22 +7,27 @@
  * shim keeps no per-thread state; its only globals are class and member IDs cached at load time,
  * which are immutable afterwards.
  *
+ * External functions written in Java (Function.register) are runtime functions whose callback
+ * enters the JVM (attaching a native thread when needed) and calls Function.dispatch.
+ *
  * Ownership: a Java NDArray/KilnModule/Function owns exactly one runtime reference, handed to its
  * constructor here and given back by its release method (close() or the Cleaner). Arguments to
  * kiln_function_call are borrowed; strings and tuples made for a call are freed after it.
  */
 #include <jni.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kiln_runtime.h"
 
 /* Cached at JNI_OnLoad; global references, never modified afterwards. */
+static JavaVM* g_jvm; /* for callbacks from the runtime (external functions written in Java) */
 static jclass g_kiln_exception, g_long, g_double, g_string, g_object, g_ndarray, g_module,
-    g_function, g_device, g_native_handle, g_illegal_argument, g_oom;
+    g_function, g_device, g_native_handle, g_illegal_argument, g_illegal_state, g_oom;
 static jmethodID g_kiln_exception_init, g_long_value_of, g_long_value, g_double_value_of,
     g_double_value, g_string_get_bytes, g_string_init_bytes, g_ndarray_init, g_module_init,
-    g_function_init, g_device_init;
+    g_function_init, g_device_init, g_function_dispatch, g_object_to_string;
 static jfieldID g_handle, g_device_type, g_device_id;
 static jstring g_utf8; /* "UTF-8" */
 
@@ -38,6 +43,7 @@ JNIEXPORT jint JNICALL JNI_OnLoad(JavaVM* vm, void* reserved) {
   (void)reserved;
   JNIEnv* env;
   if ((*vm)->GetEnv(vm, (void**)&env, JNI_VERSION_1_8) != JNI_OK) return JNI_ERR;
+  g_jvm = vm;
 #define CLASS(var, name) \
   if ((var = global_class(env, name)) == NULL) return JNI_ERR
 #define METHOD(var, cls, name, sig) \
@@ -57,6 +63,7 @@ JNIEXPORT jint JNICALL JNI_OnLoad(JavaVM* vm, void* reserved) {
   CLASS(g_device, "ai/kiln/Device");
   CLASS(g_native_handle, "ai/kiln/NativeHandle");
   CLASS(g_illegal_argument, "java/lang/IllegalArgumentException");
+  CLASS(g_illegal_state, "java/lang/IllegalStateException");
   CLASS(g_oom, "java/lang/OutOfMemoryError");
   METHOD(g_kiln_exception_init, g_kiln_exception, "<init>",
          "(ILjava/lang/String;Ljava/lang/String;)V");
@@ -70,6 +77,9 @@ JNIEXPORT jint JNICALL JNI_OnLoad(JavaVM* vm, void* reserved) {
   METHOD(g_module_init, g_module, "<init>", "(J)V");
   METHOD(g_function_init, g_function, "<init>", "(J)V");
   METHOD(g_device_init, g_device, "<init>", "(II)V");
+  METHOD(g_object_to_string, g_object, "toString", "()Ljava/lang/String;");
+  STATIC(g_function_dispatch, g_function, "dispatch",
+         "(Lai/kiln/Function$Callback;[Ljava/lang/Object;)Ljava/lang/Object;");
   FIELD(g_handle, g_native_handle, "handle", "J");
   FIELD(g_device_type, g_device, "type", "I");
   FIELD(g_device_id, g_device, "id", "I");
@@ -248,6 +258,10 @@ static int to_value(JNIEnv* env, jobject obj, kiln_value_t* out) {
   if (obj == NULL) return 1;
   if ((*env)->IsInstanceOf(env, obj, g_native_handle)) {
     void* p = (void*)(intptr_t)(*env)->GetLongField(env, obj, g_handle);
+    if (p == NULL) {
+      (*env)->ThrowNew(env, g_illegal_state, "kiln_jni: a closed object was passed to the runtime");
+      return 0;
+    }
     if ((*env)->IsInstanceOf(env, obj, g_ndarray)) {
       out->kind = KILN_VALUE_TENSOR;
       out->u.tensor = (kiln_tensor_t*)p;
@@ -456,4 +470,130 @@ JNIEXPORT jobject JNICALL Java_ai_kiln_Native_tensorCreate(JNIEnv* env, jclass c
 JNIEXPORT void JNICALL Java_ai_kiln_Native_tensorRelease(JNIEnv* env, jclass cls, jlong t) {
   (void)env, (void)cls;
   kiln_tensor_release(PTR(kiln_tensor_t, t));
+}
+
+/* ---- external functions written in Java ----------------------------------------------------- */
+
+/* The JNIEnv of the calling thread, attaching it when the runtime calls from a native thread;
+ * *attached tells the caller to detach afterwards. NULL when the JVM refuses. */
+static JNIEnv* callback_env(int* attached) {
+  JNIEnv* env = NULL;
+  *attached = 0;
+  jint rc = (*g_jvm)->GetEnv(g_jvm, (void**)&env, JNI_VERSION_1_8);
+  if (rc == JNI_EDETACHED) {
+    if ((*g_jvm)->AttachCurrentThread(g_jvm, (void**)&env, NULL) != JNI_OK) return NULL;
+    *attached = 1;
+  } else if (rc != JNI_OK) {
+    return NULL;
+  }
+  return env;
+}
+
+/* The pending Java exception as the runtime's last error (KILN_ERR_RUNTIME), cleared. */
+static kiln_status_t exception_to_status(JNIEnv* env, const char* name) {
+  jthrowable ex = (*env)->ExceptionOccurred(env);
+  (*env)->ExceptionClear(env);
+  jstring text = ex ? (jstring)(*env)->CallObjectMethod(env, ex, g_object_to_string) : NULL;
+  char* s = NULL;
+  if (!(*env)->ExceptionCheck(env) && text != NULL) s = utf8_from_string(env, text);
+  (*env)->ExceptionClear(env);
+  char message[1024];
+  snprintf(message, sizeof message, "%s: %s", name, s ? s : "a Java exception was thrown");
+  free(s);
+  return kiln_set_last_error(KILN_ERR_RUNTIME, message);
+}
+
+/* What a Java external function's runtime function holds: its Callback and its name. */
+typedef struct java_extern_t {
+  jobject body; /* global reference */
+  char name[];  /* for error messages */
+} java_extern_t;
+
+/* kiln_callback_fn of a Java external function (ctx: its java_extern_t).
+ * Arguments become owned Java objects (closed by Function.dispatch when the callback returns);
+ * the result is converted back and copied into *out_result. */
+static kiln_status_t java_callback(void* ctx, const kiln_value_t* args, int32_t num_args,
+                                   kiln_value_t* out_result) {
+  const java_extern_t* ext = ctx;
+  int attached;
+  JNIEnv* env = callback_env(&attached);
+  if (env == NULL) return kiln_set_last_error(KILN_ERR_RUNTIME, "kiln_jni: cannot attach to the JVM");
+  kiln_status_t st = KILN_OK;
+  jobject result = NULL;
+  kiln_value_t v;
+  if ((*env)->PushLocalFrame(env, num_args + 8) != JNI_OK) {
+    st = exception_to_status(env, ext->name);
+    goto detach;
+  }
+  jobjectArray jargs = (*env)->NewObjectArray(env, num_args, g_object, NULL);
+  for (int32_t i = 0; jargs != NULL && i < num_args && !(*env)->ExceptionCheck(env); ++i) {
+    kiln_value_t copy = {KILN_VALUE_NULL, {0}};
+    st = kiln_value_copy(&args[i], &copy);
+    if (st != KILN_OK) goto pop;
+    jobject obj = from_owned(env, &copy);
+    if (obj != NULL) (*env)->SetObjectArrayElement(env, jargs, i, obj);
+  }
+  if (!(*env)->ExceptionCheck(env))
+    result = (*env)->CallStaticObjectMethod(env, g_function, g_function_dispatch, ext->body, jargs);
+  if ((*env)->ExceptionCheck(env)) {
+    st = exception_to_status(env, ext->name);
+    goto pop;
+  }
+  if (!to_value(env, result, &v)) {
+    st = exception_to_status(env, ext->name);
+    goto pop;
+  }
+  st = kiln_value_copy(&v, out_result);
+  cleanup_value(&v);
+pop:
+  (*env)->PopLocalFrame(env, NULL);
+detach:
+  if (attached) (*g_jvm)->DetachCurrentThread(g_jvm);
+  return st;
+}
+
+static void java_callback_delete(void* ctx) {
+  java_extern_t* ext = ctx;
+  int attached;
+  JNIEnv* env = callback_env(&attached);
+  if (env != NULL) { /* else the JVM is gone, and the reference with it */
+    (*env)->DeleteGlobalRef(env, ext->body);
+    if (attached) (*g_jvm)->DetachCurrentThread(g_jvm);
+  }
+  free(ext);
+}
+
+JNIEXPORT void JNICALL Java_ai_kiln_Native_functionRegister(JNIEnv* env, jclass cls, jstring name,
+                                                            jobject body, jboolean override) {
+  (void)cls;
+  char* n = utf8_from_string(env, name);
+  if (n == NULL) return;
+  java_extern_t* ext = (java_extern_t*)malloc(sizeof(java_extern_t) + strlen(n) + 1);
+  if (ext != NULL) {
+    strcpy(ext->name, n);
+    ext->body = (*env)->NewGlobalRef(env, body);
+  }
+  kiln_function_t* function = NULL;
+  kiln_status_t st = ext && ext->body
+                         ? kiln_function_create(n, java_callback, ext, java_callback_delete, &function)
+                         : kiln_set_last_error(KILN_ERR_OUT_OF_MEMORY, "kiln_jni: out of memory registering");
+  if (st != KILN_OK && ext != NULL) {
+    if (ext->body != NULL) (*env)->DeleteGlobalRef(env, ext->body);
+    free(ext);
+  }
+  if (st == KILN_OK) {
+    st = kiln_register_function(n, function, override ? 1 : 0);
+    kiln_function_release(function); /* the registry holds its own reference */
+  }
+  free(n);
+  if (st != KILN_OK) throw_kiln(env, st);
+}
+
+JNIEXPORT void JNICALL Java_ai_kiln_Native_functionUnregister(JNIEnv* env, jclass cls, jstring name) {
+  (void)cls;
+  char* n = utf8_from_string(env, name);
+  if (n == NULL) return;
+  kiln_status_t st = kiln_unregister_function(n);
+  free(n);
+  if (st != KILN_OK) throw_kiln(env, st);
 }

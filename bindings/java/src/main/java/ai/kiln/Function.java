@@ -102,6 +102,75 @@ public final class Function extends NativeHandle {
         }
     }
 
+    /**
+     * The body of an external function implemented in Java: executables call it by name
+     * ({@code call_dps_packed("env.relu", ...)}), in destination-passing style.
+     *
+     * <p>The arguments are the runtime's values, borrowed for the call: NDArrays are views of
+     * the runtime tensors (read them with {@code toFloatArray()}, write outputs through
+     * {@code asByteBuffer()}); they are closed when the callback returns, so do not keep them.
+     * Return null, or a value as {@link #call(Object...)} takes it. An exception thrown here
+     * fails the runtime call with KILN_ERR_RUNTIME and the exception's text as the message.
+     */
+    @FunctionalInterface
+    public interface Callback {
+        Object invoke(Value... args) throws Exception;
+    }
+
+    /**
+     * Registers {@code body} as the external function {@code name} in the runtime's registry
+     * (VMs look their external functions up in {@code init}):
+     *
+     * <pre>{@code
+     * Function.register("env.relu", args -> {
+     *     float[] x = args[0].asNDArray().toFloatArray();
+     *     FloatBuffer out = args[1].asNDArray().asByteBuffer().asFloatBuffer();
+     *     for (float v : x) out.put(Math.max(v, 0f));
+     *     return null;
+     * }, true);
+     * }</pre>
+     *
+     * @param override replace a function already registered under that name (else that is an error)
+     * @throws KilnException INVALID_ARGUMENT when the name is taken and override is false
+     */
+    public static void register(String name, Callback body, boolean override) {
+        if (name == null || body == null) {
+            throw new NullPointerException(name == null ? "name" : "body");
+        }
+        Native.functionRegister(name, body, override);
+    }
+
+    /**
+     * Removes a registered external function.
+     *
+     * @throws KilnException NOT_FOUND when nothing is registered under that name
+     */
+    public static void unregister(String name) {
+        if (name == null) {
+            throw new NullPointerException("name");
+        }
+        Native.functionUnregister(name);
+    }
+
+    /**
+     * Called by the JNI shim for a registered Callback: wraps the arguments (owned Java objects
+     * made for this call), runs the callback, closes the arguments, and returns the result
+     * normalised for the shim.
+     */
+    static Object dispatch(Callback body, Object[] nativeArgs) throws Exception {
+        Value[] values = new Value[nativeArgs.length];
+        for (int i = 0; i < nativeArgs.length; i++) {
+            values[i] = new Value(nativeArgs[i]);
+        }
+        try {
+            return toNative(body.invoke(values), 0);
+        } finally {
+            for (Value v : values) {
+                v.close();
+            }
+        }
+    }
+
     /** The function's name. */
     public String name() {
         try {
