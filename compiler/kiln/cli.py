@@ -93,6 +93,17 @@ def _fmt_bytes(n: int) -> str:
     return f"{n} B"
 
 
+def _parse_bound(text: str) -> tuple:
+    name, _, value = text.partition("=")
+    try:
+        n = int(value)
+    except ValueError:
+        n = -1
+    if not name or n < 0:
+        raise argparse.ArgumentTypeError(f"expected DIM=N with N a non-negative integer, got {text!r}")
+    return name, n
+
+
 def _fmt_shape(shape) -> str:
     return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
 
@@ -190,6 +201,12 @@ def _import_model(args, step):
             raise CLIError(f"{args.model}: {e}") from None
     with step(f"binding {len(params)} weights"):
         mod = kiln.transform.bind_params("main", params)(mod)
+    if getattr(args, "bound", None):
+        from .ir.derived_dims import with_bounds
+        try:
+            mod = with_bounds(mod, dict(args.bound))
+        except ValueError as e:
+            raise CLIError(f"--bound: {e}") from None
     return mod
 
 
@@ -388,6 +405,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--pipeline", default="default", help="graph pipeline: default or zero (default: default)")
     c.add_argument("--shape", type=_parse_shape, action="append", metavar="NAME=D0,D1,...",
                    help="pin the shape of graph input NAME (repeatable)")
+    c.add_argument("--bound", type=_parse_bound, action="append", metavar="DIM=N",
+                   help="upper bound of symbolic dimension DIM: its intermediates are planned "
+                        "statically at that size, and larger inputs are refused (repeatable)")
     c.add_argument("--const-input", type=_parse_value, action="append", metavar="NAME=VALUE",
                    help="fix graph input NAME to a value at compile time, e.g. sr=16000: it leaves the "
                    "signature and an If on it keeps one branch (repeatable)")

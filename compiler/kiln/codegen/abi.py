@@ -47,6 +47,7 @@ from ..ir.functor import collect
 from ..ir.stmt import BufferStore
 from . import cgutils as cg
 from .errors import CodegenError
+from .opaque_dims import abstract_unbound_dims
 
 ABI_VERSION = 3  # runtime_c/include/kiln_kernel_abi.h (3: derived dimensions)
 PARAM_WRITTEN = 1
@@ -139,6 +140,7 @@ def describe(name: str, func: PrimFunc, symbol: str) -> KernelInfo:
 def lower_kernel(mctx, name: str, func: PrimFunc, symbol: str) -> KernelInfo:
     """Emit ``symbol`` (the ABI entry point) and the body it calls for one PrimFunc."""
     from .lower import FuncLowerer  # late: lower imports this module
+    func = abstract_unbound_dims(name, func)  # b * s seen only whole: one symbolic dimension
     info = describe(name, func, symbol)
     bufs = [p for p in func.params if isinstance(p, Buffer)]
     sym_vars: List[Var] = []

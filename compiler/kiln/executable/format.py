@@ -31,7 +31,7 @@ from typing import Dict, List, Sequence, Tuple, Union
 import numpy as np
 
 from ..ir import dtype as dt
-from ..ir.derived_dims import ENTRY_SIZE as DERIVED_ENTRY_SIZE, DerivedDim, DimError, check_table, format_dims
+from ..ir.derived_dims import DerivedDim, DimError, check_table, format_dims
 
 MAGIC = b"KILNEXE\0"
 FORMAT_VERSION = 3

@@ -35,7 +35,7 @@ from typing import Dict, List, Optional, Tuple
 import numpy as np
 
 from ..ir.derived_dims import DimError, DimTable, upper_bound
-from ..ir.expr import IntImm, Var
+from ..ir.expr import Var
 from ..ir.function import IRModule, PrimFunc
 from ..ir.graph import (BUILTIN_OPS, Call, Constant, ExternFunc, Function, GlobalVar, GraphExpr, GraphVar,
                         TensorType, Tuple as GTuple, TupleGetItem, TupleType)

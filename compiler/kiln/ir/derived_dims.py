@@ -209,3 +209,37 @@ def _interval(e, bounds) -> Optional[Tuple[int, int]]:
     if op == FLOORMOD and b[0] > 0:
         return 0, b[1] - 1
     return None
+
+
+def with_bounds(mod, bounds: Mapping[str, int]):
+    """``mod`` with upper bounds on symbolic dimensions (``{"n": 64}``) attached to every graph
+    function whose parameters have them (attribute ``"kiln.bounds"``): compiling then plans
+    symbolic-size intermediates in the arena at their largest size, and the VM refuses a call
+    that exceeds a bound. A name no graph function has is an error (a typo would otherwise be
+    silently ignored)."""
+    from .expr import Var as _Var
+    from .function import IRModule
+    from .graph import Function, TensorType
+
+    if not bounds:
+        return mod
+    for k, v in bounds.items():
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            raise ValueError(f"bound {k}={v!r}: bounds are non-negative integers")
+    seen = set()
+    out = {}
+    for name, f in mod.items():
+        if isinstance(f, Function):
+            dims = {d.name for p in f.params if isinstance(p.ty, TensorType) and p.ty.shape
+                    for d in p.ty.shape if isinstance(d, _Var)}
+            mine = tuple(sorted((k, int(v)) for k, v in bounds.items() if k in dims))
+            seen.update(k for k, _ in mine)
+            if mine:
+                attrs = tuple((k, v) for k, v in f.attrs if k != "kiln.bounds") + (("kiln.bounds", mine),)
+                f = Function(f.params, f.blocks, f.body, attrs)
+        out[name] = f
+    unknown = sorted(set(bounds) - seen)
+    if unknown:
+        raise ValueError(f"bound(s) for {', '.join(map(repr, unknown))}: no graph function has a symbolic "
+                         "dimension of that name")
+    return IRModule(out, mod.attrs)

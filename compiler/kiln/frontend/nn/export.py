@@ -25,6 +25,7 @@ from __future__ import annotations
 import inspect
 from typing import Dict, List, Tuple
 
+from ...ir.derived_dims import with_bounds
 from ...ir.expr import Var
 from ...ir.function import IRModule
 from ...ir.graph import (Call, Function, GraphExpr, GraphVar, TensorType, Tuple as GraphTuple,
@@ -130,8 +131,10 @@ def _build(params, num_input: int, trace: Trace, result) -> Function:
     return fb.finish(rebuild(result))
 
 
-def export(module, spec) -> Tuple[IRModule, List[Tuple[str, spec_mod.Tensor]]]:
+def export(module, spec, bounds=None) -> Tuple[IRModule, List[Tuple[str, spec_mod.Tensor]]]:
     """Trace ``module``'s methods named by ``spec`` into an IRModule; see the module docstring.
+    ``bounds`` (``{"n": 64}``) gives symbolic dims upper bounds, so that compiling plans their
+    intermediates in the arena (``kiln.ir.derived_dims.with_bounds``).
 
     Errors: ``SpecError`` for a spec that does not fit the methods (missing or unknown
     argument, a value that is not ``nn.spec.Tensor``); ``OpError`` naming the layer for
@@ -157,7 +160,11 @@ def export(module, spec) -> Tuple[IRModule, List[Tuple[str, spec_mod.Tensor]]]:
             _TRACES.pop()
         functions[fname] = _build(in_vars + w_vars, len(in_vars), trace, result)
     param_spec = [(name, spec_mod.Tensor(p.shape, p.dtype)) for name, p in weights]
-    return IRModule(functions), param_spec
+    try:
+        mod = with_bounds(IRModule(functions), bounds or {})
+    except ValueError as e:
+        raise SpecError(f"export: {e}") from None
+    return mod, param_spec
 
 
 __all__ = ["export", "SpecError"]

@@ -211,12 +211,13 @@ class Module:
         finally:
             trace.scopes.pop()
 
-    def export(self, spec: Dict[str, Dict[str, object]]):
+    def export(self, spec: Dict[str, Dict[str, object]], bounds: Optional[Dict[str, int]] = None):
         """Trace methods into graph functions: ``spec`` maps a method name to its arguments'
-        specs, e.g. ``{"forward": {"x": nn.spec.Tensor((1, 784), "float32")}}``. Returns
+        specs, e.g. ``{"forward": {"x": nn.spec.Tensor((1, 784), "float32")}}``. ``bounds``
+        (``{"n": 64}``) bounds symbolic dims so memory is planned statically. Returns
         ``(IRModule, param_spec)``; see ``kiln.frontend.nn.export``."""
         from .export import export
-        return export(self, spec)
+        return export(self, spec, bounds)
 
     # ---- printing ----------------------------------------------------------------------------
     def extra_repr(self) -> str:

@@ -1,0 +1,77 @@
+"""Kernels whose parameter shapes are expressions of variables no parameter binds.
+
+A kernel's symbolic dimensions are bound from its arguments: ``n`` from the first parameter
+whose shape has a plain ``n``. A derived dimension such as ``past + n`` is then computed and
+checked by the runtime (``kiln.ir.derived_dims``). But a fused kernel may see ``b * s`` only
+as a whole: ``sum(x: (b * s, 8)) -> (b * s, 1)`` after a reshape, with neither ``b`` nor ``s``
+in any shape of its own. Such a kernel cannot recover ``b`` and ``s``, and need not: if its
+body uses them only inside ``b * s``, the expression is one unknown. ``abstract_unbound_dims``
+turns every such expression into a fresh variable (named after the expression, for messages),
+everywhere in the function: buffer shapes, loop extents, indices. The runtime then binds it
+from the argument like any symbolic dimension and checks it equal across the arguments. If the
+body also uses ``b`` on its own, the kernel is refused with a message naming the variable.
+"""
+from __future__ import annotations
+
+from typing import Dict, List
+
+from ..ir.analysis import expr_equal
+from ..ir.expr import Buffer, IntImm, PrimExpr, Var
+from ..ir.function import PrimFunc
+from ..ir.functor import collect, substitute_buffers, transform
+from .errors import CodegenError
+
+
+def _free_vars(e) -> List[Var]:
+    return [v for v in collect(e, Var)]
+
+
+def abstract_unbound_dims(name: str, func: PrimFunc) -> PrimFunc:
+    """``func`` with each parameter-shape expression over unbound variables replaced by a fresh
+    variable (see the module docstring); ``func`` itself when there is none."""
+    bound = set()
+    for p in func.params:
+        if isinstance(p, Var):
+            bound.add(p)
+        for d in p.shape if isinstance(p, Buffer) else ():
+            if isinstance(d, Var):
+                bound.add(d)
+    exprs: List[PrimExpr] = []
+    for p in func.params:
+        for d in p.shape if isinstance(p, Buffer) else ():
+            if isinstance(d, (Var, IntImm)) or all(v in bound for v in _free_vars(d)):
+                continue
+            if not any(expr_equal(d, e) for e in exprs):
+                exprs.append(d)
+    if not exprs:
+        return func
+    fresh: List[Var] = [Var(str(e), e.dtype) for e in exprs]
+    unbound = {v for e in exprs for v in _free_vars(e) if v not in bound}
+
+    def pre(n):
+        if isinstance(n, PrimExpr) and not isinstance(n, (Var, IntImm)):
+            for e, v in zip(exprs, fresh):
+                if expr_equal(n, e):
+                    return v
+        return None
+
+    def rewrite(node):
+        return transform(node, lambda n: None, pre)
+
+    # Buffers are leaves to ``transform``: rebuild every buffer whose shape changes.
+    bmap: Dict[Buffer, Buffer] = {}
+    for b in collect(func, Buffer):
+        shape = tuple(rewrite(d) for d in b.shape)
+        if any(a is not c for a, c in zip(shape, b.shape)):
+            bmap[b] = Buffer(b.name, shape, b.dtype, b.scope)
+    params = tuple(bmap.get(p, p) if isinstance(p, Buffer) else p for p in func.params)
+    body = substitute_buffers(rewrite(func.body), bmap)
+    out = PrimFunc(params, body, func.attrs)
+    left = [v for v in collect(out, Var) if v in unbound]
+    for b in collect(out, Buffer):
+        left += [v for d in b.shape for v in _free_vars(d) if v in unbound]
+    if left:
+        raise CodegenError(f"kernel '{name}': symbolic dimension '{left[0].name}' appears in its "
+                           f"parameter shapes only inside {', '.join(map(str, exprs))}, but the kernel "
+                           "also uses it on its own; no argument can bind it")
+    return out
