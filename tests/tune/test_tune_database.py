@@ -163,3 +163,86 @@ def test_a_candidate_measured_again_is_ranked_by_the_median_of_its_records(tmp_p
     from kiln.tune.database import ranking
     assert [(r["decisions"]["mr"], r["median_s"]) for r in ranking(d.records())] \
         == [(4, 1.0e-3), (6, 2.0e-3)]
+
+
+def test_records_of_other_schedule_rules_are_skipped_with_one_warning(matmul_task, tmp_path):
+    from kiln.tune.workload import rules_version
+    mod, t = matmul_task
+    default = _kernel(mod, tmp_path / "none.jsonl")
+    dflt = parse_decisions(default["kiln.decisions"])
+    from kiln.schedule.decisions import Decisions
+    from kiln.transform.default_schedule import schedule_kernel
+    d = Decisions(fixed={"mr": 1 if dflt.get("mr") != 1 else 2})
+    schedule_kernel(t.func, t.ctx, d)
+    other = d.made                 # a candidate that is valid today
+    db = Database(tmp_path / "db.jsonl")
+    db.append(rec(other, t=1e-9, key=t.key, rules="0123456789ab"))      # older rules
+    old = rec(other, t=1e-9, key=t.key)
+    del old["rules"]                                  # a record from before rule versions
+    with open(db.path, "a") as f:
+        f.write(json.dumps(old) + "\n")
+    assert db.best(*t.key) is None and len(db.query(*t.key, rules="*")) == 2
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        first = _kernel(mod, db.path)
+        second = _kernel(mod, db.path)
+    stale = [w for w in caught if issubclass(w.category, StaleRecordWarning)]
+    assert len(stale) == 1, [str(w.message) for w in caught]
+    msg = str(stale[0].message)
+    assert "other schedule rules" in msg and "0123456789ab" in msg and rules_version() in msg
+    assert first == default and second == default
+    # a record of today's rules for the same key applies, with no warning
+    db.append(rec(other, t=2e-9, key=t.key))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        got = _kernel(mod, db.path)
+    assert not [w for w in caught if issubclass(w.category, StaleRecordWarning)]
+    assert got["kiln.schedule"].endswith("; tuned")
+    assert parse_decisions(got["kiln.decisions"]) == other
+
+
+def test_the_tuner_measures_again_what_other_rules_measured(tmp_path):
+    from kiln.tune.workload import rules_version
+    mod, _ = matmul_graph_module(m=8, k=32, n=16)
+    (t,), _ = extract_tasks(mod, "llvm", threads=1)
+    assert t.rules == rules_version()
+    db = Database(tmp_path / "db.jsonl")
+    from kiln.schedule.decisions import Decisions
+    from kiln.transform.default_schedule import schedule_kernel
+    d = Decisions()
+    schedule_kernel(t.func, t.ctx, d)
+    db.append(rec(d.made, t=1e-9, key=t.key, rules="0123456789ab"))   # the default, old rules
+    report = kiln.tune(mod, db=db.path, trials=2, num_threads=1, progress=False,
+                       confirm=False, check_model=False)
+    k = report.kernels[0]
+    assert k.stale == 1 and k.new == 2 and k.trials == 2      # the default measured again
+    assert "1 records of other schedule rules skipped" in str(report)
+    new = db.records()[1:]
+    assert len(new) == 2 and all(r["rules"] == rules_version() for r in new)
+    assert k.default_s > 1e-8                   # the old record's time was not used
+
+
+def test_the_rule_version_follows_the_rule_sources(tmp_path):
+    from kiln.tune.workload import rules_hash
+    (tmp_path / "transform").mkdir()
+    (tmp_path / "schedule").mkdir()
+    rule = tmp_path / "transform" / "schedule_tile.py"
+    rule.write_text("def apply(): return 6\n")
+    (tmp_path / "transform" / "fuse_ops.py").write_text("x = 1\n")    # not a rule
+    (tmp_path / "schedule" / "loops.py").write_text("def split(): pass\n")
+    v1 = rules_hash(str(tmp_path))
+    assert len(v1) == 12
+    (tmp_path / "transform" / "fuse_ops.py").write_text("x = 2\n")
+    assert rules_hash(str(tmp_path)) == v1
+    rule.write_text("def apply(): return 4\n")           # the rule changed
+    v2 = rules_hash(str(tmp_path))
+    assert v2 != v1
+    (tmp_path / "schedule" / "loops.py").write_text("def split(): return 0\n")
+    assert rules_hash(str(tmp_path)) != v2              # so did a primitive
+    rule.write_text("RULE_VERSION = 3\ndef apply(): return 4\n")
+    v3 = rules_hash(str(tmp_path))
+    rule.write_text("RULE_VERSION = 3\ndef apply():\n    return 4  # same meaning\n")
+    assert rules_hash(str(tmp_path)) == v3              # an edit the rule says keeps meaning
+    rule.write_text("RULE_VERSION = 4\ndef apply(): return 4\n")
+    assert rules_hash(str(tmp_path)) != v3
+    assert rules_hash(str(tmp_path / "nothing")) == ""

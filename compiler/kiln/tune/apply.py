@@ -7,7 +7,9 @@ for the best ``"ok"`` record of the key (``workload_hash`` of the unscheduled ke
 ``; tuned``. A kernel with no record gets the default rule. A
 record that no longer applies (a recorded value that is not among the rule's options any
 more, or a rule that now makes other decisions than the record names) is reported once per
-record and process with ``warnings.warn`` and the default schedule is used.
+record and process with ``warnings.warn`` and the default schedule is used. So are the
+records of a kernel made by other schedule rules (another ``rules`` version than this Kiln's,
+``workload.rules_version``): skipped, reported once per kernel, the default used.
 
 The file is read once per change (its size and modification time), not per kernel.
 """
@@ -16,14 +18,15 @@ from __future__ import annotations
 import os
 import threading
 import warnings
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from ..ir import PrimFunc
 from ..transform.kernels import ATTR_SCHEDULE
 from .database import Key, decisions_key, index_best, read_records
-from .workload import workload_hash
+from .workload import rules_version, workload_hash
 
-_cache: Dict[str, Tuple[Tuple[int, int], Dict[Key, Dict[str, Any]]]] = {}
+_Stale = Dict[Key, Tuple[Dict[str, Any], List[str]]]
+_cache: Dict[str, Tuple[Tuple[int, int], Dict[Key, Dict[str, Any]], _Stale]] = {}
 _warned: set = set()
 _lock = threading.Lock()
 
@@ -32,32 +35,52 @@ class StaleRecordWarning(UserWarning):
     """A tuning record that no longer fits its kernel; the default schedule is used instead."""
 
 
-def best_records(path: str) -> Dict[Key, Dict[str, Any]]:
-    """(workload, target, threads) -> best ``"ok"`` record of the database at ``path``,
-    cached until the file changes. A missing file has no records."""
+def _load(path: str) -> Tuple[Dict[Key, Dict[str, Any]], _Stale]:
+    """(key -> best record of this Kiln's rules, key -> (a record, rule versions) of the keys
+    that only have records of other rules), cached until the file changes."""
     path = os.path.abspath(os.fspath(path))
     try:
         st = os.stat(path)
         stamp = (st.st_mtime_ns, st.st_size)
     except FileNotFoundError:
-        return {}
+        return {}, {}
     with _lock:
         hit = _cache.get(path)
         if hit is not None and hit[0] == stamp:
-            return hit[1]
-    index = index_best(read_records(path)[0])
+            return hit[1], hit[2]
+    records = read_records(path)[0]
+    rules = rules_version()
+    index = index_best(records, rules)
+    stale: _Stale = {}
+    for r in records:
+        key = (r["workload"], r["target"], r["threads"])
+        if r.get("rules") != rules and key not in index:
+            versions = stale.setdefault(key, (r, []))[1]
+            if str(r.get("rules")) not in versions:
+                versions.append(str(r.get("rules")))
     with _lock:
-        _cache[path] = (stamp, index)
-    return index
+        _cache[path] = (stamp, index, stale)
+    return index, stale
+
+
+def best_records(path: str) -> Dict[Key, Dict[str, Any]]:
+    """(workload, target, threads) -> best ``"ok"`` record of the database at ``path`` among
+    this Kiln's rules, cached until the file changes. A missing file has no records."""
+    return _load(path)[0]
 
 
 def recorded(func, ctx) -> Optional[Dict[str, Any]]:
     """The best record of ``ctx.tuning_db`` for the unscheduled kernel ``func`` on ``ctx``'s
-    target at ``ctx.cores`` threads, or None."""
+    target at ``ctx.cores`` threads, or None (reported once when the kernel only has records
+    of other schedule rules)."""
     if not ctx.tuning_db:
         return None
     key = (workload_hash(func), ctx.machine.key(), int(ctx.cores or 1))
-    return best_records(ctx.tuning_db).get(key)
+    index, stale = _load(ctx.tuning_db)
+    rec = index.get(key)
+    if rec is None and key in stale:
+        _warn_rules_once(key, *stale[key])
+    return rec
 
 
 def schedule_from_db(func, ctx):
@@ -95,6 +118,19 @@ def _warn_once(rec: Dict[str, Any], stale, missing) -> None:
         why.append(f"the rule now also decides {missing}")
     warnings.warn(f"tuning record for kernel {rec.get('kernel')!r} (workload {rec['workload']}) "
                   f"no longer applies: {'; '.join(why)}; using the default schedule",
+                  StaleRecordWarning, stacklevel=3)
+
+
+def _warn_rules_once(key: Key, rec: Dict[str, Any], versions: List[str]) -> None:
+    with _lock:
+        if ("rules",) + key in _warned:
+            return
+        _warned.add(("rules",) + key)
+    old = ", ".join("none (before rule versions)" if v == "None" else v for v in versions)
+    warnings.warn(f"tuning records for kernel {rec.get('kernel')!r} (workload {key[0]}) were "
+                  f"measured with other schedule rules (rules {old}; this Kiln's are "
+                  f"{rules_version()}, Kiln {rec.get('kiln_version', '?')} wrote them): skipped, "
+                  f"using the default schedule; tune again to replace them",
                   StaleRecordWarning, stacklevel=3)
 
 

@@ -117,11 +117,17 @@ def _here() -> str:
 
 
 def build_job(builder: Callable[..., str], func, ctx, decisions: Dict[str, Any], target: str,
-              timeout_s: float) -> Dict[str, Any]:
+              timeout_s: float, rules: str = "") -> Dict[str, Any]:
     """A Dask task: build one candidate in a builder process of this worker. Returns the
     outcome (``workers.Outcome``'s kind and value, the library's bytes when it built) and the
-    seconds it took."""
+    seconds it took. A worker whose schedule rules are not the tuner's (``rules``: another
+    Kiln) refuses: its programs would not be the ones the records name."""
+    from .workload import rules_version
     t0 = time.perf_counter()
+    if rules and rules != rules_version():
+        return {"kind": "error", "seconds": 0.0, "worker": _here(),
+                "value": f"the Dask worker {_here()} has other schedule rules "
+                         f"({rules_version()}) than the tuner ({rules}): run the same Kiln"}
     w = _builder()
     try:
         kind, value = w.call(builder, (func, ctx, decisions, target), timeout_s)
@@ -214,7 +220,7 @@ class DaskExecutor(Executor):
         # candidate must not reuse an earlier job's result) ...
         builds = [self.client.submit(build_job, self.builder, m.task.func, m.task.ctx,
                                      m.decisions, m.task.target, opts.build_timeout_s,
-                                     workers=where[m.task.target_key], allow_other_workers=False,
+                                     getattr(m.task, "rules", ""), workers=where[m.task.target_key], allow_other_workers=False,
                                      pure=False)
                   for m in inputs]
         # (a job's own process has its time limit; these bound a lost worker or a full queue)

@@ -3,13 +3,16 @@
 A record (one JSON object per line; ``docs/tuning.md``)::
 
     {"workload": "3f0c...", "target": "x86_64 v256x16 fma2x4", "threads": 2,
-     "kernel": "fused_matmul_add", "decisions": {"mr": 4, "parallel": 1},
+     "rules": "a27b55d7d527", "kernel": "fused_matmul_add", "decisions": {"mr": 4, "parallel": 1},
      "status": "ok", "message": "", "median_s": 0.00123, "min_s": 0.00119,
      "kiln_version": "0.1.0", "time": 1767225600.0}
 
 ``workload`` is ``workload.workload_hash`` of the unscheduled kernel, ``target`` the target's
-``Machine.key()``, ``threads`` the runtime threads it was timed with; the three together key a
-lookup. ``status`` is ``"ok"`` or why the candidate failed (``"build_error"``,
+``Machine.key()``, ``threads`` the runtime threads it was timed with, ``rules`` the version of
+the schedule rules that made the program (``workload.rules_version``); the four together key
+a lookup. Queries see only the records of the running Kiln's rules unless asked for
+``rules=ANY_RULES``; a record of other rules (or of none: written before rule versions) is
+stale, and the callers report it once (``apply``, ``tuner``). ``status`` is ``"ok"`` or why the candidate failed (``"build_error"``,
 ``"run_error"``, ``"timeout"``, ``"wrong_result"``) with ``message`` saying more; a failed
 record has no times and is never returned as the best. Candidates are ranked by
 ``record_time`` (the minimum time); a candidate with several records (measured again) by
@@ -36,6 +39,7 @@ from typing import Any, Dict, Iterable, List, Optional, Tuple
 STATUSES = ("ok", "build_error", "run_error", "timeout", "wrong_result")
 
 Key = Tuple[str, str, int]
+ANY_RULES = "*"     # ``rules=ANY_RULES``: records of every rule version
 
 
 def decisions_key(decisions: Dict[str, Any]) -> str:
@@ -43,18 +47,26 @@ def decisions_key(decisions: Dict[str, Any]) -> str:
     return json.dumps(decisions, sort_keys=True, separators=(",", ":"))
 
 
+def current_rules(rules: Optional[str] = None) -> str:
+    """``rules``, or the running Kiln's rule version when None."""
+    if rules is not None:
+        return rules
+    from .workload import rules_version
+    return rules_version()
+
+
 def make_record(workload: str, target: str, threads: int, kernel: str,
                 decisions: Dict[str, Any], status: str, message: str = "",
                 median_s: Optional[float] = None, min_s: Optional[float] = None,
-                **extra) -> Dict[str, Any]:
-    """A record (module docstring), checked."""
+                rules: Optional[str] = None, **extra) -> Dict[str, Any]:
+    """A record (module docstring), checked; ``rules`` defaults to the running Kiln's."""
     from .. import __version__
     if status not in STATUSES:
         raise ValueError(f"record status must be one of {STATUSES}, got {status!r}")
     if status == "ok" and (median_s is None or min_s is None):
         raise ValueError("an 'ok' record needs median_s and min_s")
-    rec = {"workload": workload, "target": target, "threads": int(threads), "kernel": kernel,
-           "decisions": dict(decisions), "status": status, "message": message,
+    rec = {"workload": workload, "target": target, "threads": int(threads),
+           "rules": current_rules(rules), "kernel": kernel, "decisions": dict(decisions), "status": status, "message": message,
            "median_s": median_s, "min_s": min_s, "kiln_version": __version__,
            "time": round(time.time(), 3)}
     rec.update(extra)
@@ -133,18 +145,24 @@ class Database:
                 os.close(fd)
         return records
 
-    def query(self, workload: str, target: str, threads: int) -> List[Dict[str, Any]]:
-        """The records of one workload on one target at one thread count."""
+    def query(self, workload: str, target: str, threads: int,
+              rules: Optional[str] = None) -> List[Dict[str, Any]]:
+        """The records of one workload on one target at one thread count, made by the rule
+        version ``rules`` (default: the running Kiln's; ``ANY_RULES``: every version)."""
+        want = None if rules == ANY_RULES else current_rules(rules)
         return [r for r in self.records() if (r["workload"], r["target"], r["threads"])
-                == (workload, target, int(threads))]
+                == (workload, target, int(threads)) and (want is None or r.get("rules") == want)]
 
-    def best(self, workload: str, target: str, threads: int) -> Optional[Dict[str, Any]]:
+    def best(self, workload: str, target: str, threads: int,
+             rules: Optional[str] = None) -> Optional[Dict[str, Any]]:
         """The fastest ``"ok"`` candidate's record for the key (``best_of``), or None."""
-        return best_of(self.query(workload, target, threads))
+        return best_of(self.query(workload, target, threads, rules))
 
-    def measured(self, workload: str, target: str, threads: int) -> Dict[str, Dict[str, Any]]:
+    def measured(self, workload: str, target: str, threads: int,
+                 rules: Optional[str] = None) -> Dict[str, Dict[str, Any]]:
         """``decisions_key`` -> record of every candidate already measured for the key."""
-        return {decisions_key(r["decisions"]): r for r in self.query(workload, target, threads)}
+        return {decisions_key(r["decisions"]): r
+                for r in self.query(workload, target, threads, rules)}
 
     def __len__(self) -> int:
         return len(self.records())
@@ -188,11 +206,15 @@ def best_of(records: Iterable[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
     return ranked[0] if ranked else None
 
 
-def index_best(records: Iterable[Dict[str, Any]]) -> Dict[Key, Dict[str, Any]]:
-    """(workload, target, threads) -> the best ``"ok"`` record of each key."""
+def index_best(records: Iterable[Dict[str, Any]],
+               rules: Optional[str] = None) -> Dict[Key, Dict[str, Any]]:
+    """(workload, target, threads) -> the best ``"ok"`` record of each key, among the records
+    of the rule version ``rules`` (default: the running Kiln's)."""
+    want = current_rules(rules)
     groups: Dict[Key, List[Dict[str, Any]]] = {}
     for r in records:
-        groups.setdefault((r["workload"], r["target"], r["threads"]), []).append(r)
+        if r.get("rules") == want:
+            groups.setdefault((r["workload"], r["target"], r["threads"]), []).append(r)
     out = {}
     for k, rs in groups.items():
         b = best_of(rs)

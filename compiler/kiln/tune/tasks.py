@@ -21,7 +21,7 @@ from ..ir.graph import Call, Function, GlobalVar
 from ..transform.default_schedule import needs_schedule
 from ..transform.infra import PassContext
 from ..transform.kernels import ATTR_OPS
-from .workload import ArgSpec, arg_specs, workload_hash
+from .workload import ArgSpec, arg_specs, rules_version, workload_hash
 
 
 @dataclass
@@ -29,7 +29,8 @@ class Task:
     """One kernel to tune: ``func`` (unscheduled), how many times a model run calls it, its
     database key (``workload``, ``target_key``, ``threads``), the target string it is built
     for, the options it is scheduled with (``ctx``, with ``cores=threads``) and its
-    arguments (``args``)."""
+    arguments (``args``), and the version of the schedule rules its records are made with
+    (``rules``, part of their key)."""
     name: str
     func: PrimFunc
     calls: int
@@ -39,6 +40,7 @@ class Task:
     threads: int
     ctx: PassContext
     args: List[ArgSpec]
+    rules: str = ""         # the schedule rules' version (``workload.rules_version``)
 
     @property
     def ops(self) -> str:
@@ -105,5 +107,6 @@ def extract_tasks(mod: IRModule, target="llvm", threads: Optional[int] = None,
         if w in tasks:
             tasks[w].calls += calls
             continue
-        tasks[w] = Task(name, f, calls, w, target_str, key, threads, base, args)
+        tasks[w] = Task(name, f, calls, w, target_str, key, threads, base, args,
+                        rules_version())
     return list(tasks.values()), skipped

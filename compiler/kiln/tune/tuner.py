@@ -21,8 +21,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-from .database import (Database, best_of, candidate_time, decisions_key, make_record,
-                       ranking, record_time)
+from .database import (ANY_RULES, Database, best_of, candidate_time, decisions_key,
+                       make_record, ranking, record_time)
 from .measure import Executor, LocalExecutor, MeasureInput, MeasureOptions, MeasureResult
 from .cost_model import CostModel, available
 from .search import Space
@@ -49,6 +49,7 @@ class KernelReport:
     default_decisions: Dict[str, Any] = field(default_factory=dict)
     note: str = ""
     confirmed: bool = False
+    stale: int = 0          # records of other schedule rules, skipped
 
     @property
     def speedup(self) -> Optional[float]:
@@ -123,6 +124,9 @@ class TuneReport:
         for name, why in self.skipped.items():
             lines.append(f"not tuned: {name}: {why}")
         for k in self.kernels:
+            if k.stale:
+                lines.append(f"note: {k.name}: {k.stale} records of other schedule rules "
+                             f"skipped (a rule changed since they were measured)")
             if k.note:
                 lines.append(f"note: {k.name}: {k.note}")
         return "\n".join(lines)
@@ -135,7 +139,9 @@ class _TaskState:
         self.space = Space(task, seed=seed, model=CostModel(seed=seed) if model else None)
         self.report = KernelReport(task.name, task.ops, task.calls, task.workload)
         self.trials = trials
-        self.records = list(db.query(*task.key))
+        every = db.query(*task.key, rules=ANY_RULES)
+        self.records = [r for r in every if r.get("rules") == task.rules]
+        self.report.stale = len(every) - len(self.records)
         self.space.mark_seen(r["decisions"] for r in self.records)
         self.reference = None
         self.baseline_wall: Optional[float] = None
@@ -223,7 +229,7 @@ def tune(mod, target="llvm", db="tuning.jsonl", trials: Optional[int] = None,
                again: bool = False) -> None:
         t = state.task
         rec = make_record(t.workload, t.target_key, t.threads, t.name, decisions, res.status,
-                          res.message, res.median_s, res.min_s, ops=t.ops,
+                          res.message, res.median_s, res.min_s, rules=t.rules, ops=t.ops,
                           target_str=t.target, build_s=round(res.build_s, 3),
                           run_s=round(res.run_s, 3))
         if new or again:

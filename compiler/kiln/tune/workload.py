@@ -10,12 +10,20 @@ apache/tvm#14188). The walk here feeds the same fields into a sha256 instead.
 ``arg_specs(func)``: each parameter's shape, dtype and whether the kernel writes it (an
 output), what a measurement needs to make arguments.
 
+``rules_version()``: the version of the schedule rules, part of every record's key. A record
+says "these decisions gave this time"; it only means that while the rules turn the decisions
+into the same program. A rule whose decisions keep their names and options but change meaning
+(tinygrad#11908: results served after a config change) is caught by the version changing.
+
 >>> from kiln.ir import Buffer
 """
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
+import os
+import re
 from dataclasses import dataclass
 from typing import List, Tuple
 
@@ -132,3 +140,45 @@ def arg_specs(func: PrimFunc) -> List[ArgSpec]:
     if not any(s.output for s in specs):
         raise ValueError("the kernel writes none of its parameters")
     return specs
+
+
+# The code that turns decisions into a schedule: the rules (``transform/default_schedule.py``,
+# ``transform/schedule_*.py``) and the schedule primitives they call (``schedule/``).
+_RULE_FILES = (("transform", r"(default_schedule|schedule_\w+)\.py"), ("schedule", r"\w+\.py"))
+_EXPLICIT = re.compile(r"^RULE_VERSION\s*=\s*(.+?)\s*$", re.M)
+
+
+@functools.lru_cache(maxsize=None)
+def rules_version() -> str:
+    """12 hex digits naming the schedule rules of this Kiln (``rules_hash`` of the package's
+    own sources). Without the sources (a build without .py files), the Kiln version stands
+    in."""
+    from .. import __version__
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return rules_hash(root) or hashlib.sha256(f"kiln {__version__}".encode()).hexdigest()[:12]
+
+
+def rules_hash(root: str) -> str:
+    """A sha256 (12 hex digits) over each rule and schedule-primitive module under the package
+    directory ``root`` (``_RULE_FILES``), by file name and contents; "" when there is none. A
+    module that states ``RULE_VERSION = ...`` at top level contributes that line instead of
+    its text, so a rule can keep its records through edits that do not change what its
+    decisions mean (and invalidate them by changing the value)."""
+    h = hashlib.sha256()
+    found = 0
+    for sub, pattern in _RULE_FILES:
+        d = os.path.join(root, sub)
+        try:
+            names = sorted(n for n in os.listdir(d) if re.fullmatch(pattern, n))
+        except OSError:
+            continue
+        for name in names:
+            try:
+                with open(os.path.join(d, name), "r", encoding="utf-8") as f:
+                    text = f.read()
+            except OSError:
+                continue
+            m = _EXPLICIT.search(text)
+            h.update(f"{sub}/{name}:{m.group(1) if m else text}\0".encode())
+            found += 1
+    return h.hexdigest()[:12] if found else ""
