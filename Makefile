@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 
-.PHONY: all build runtime example deploy-examples java test test-fast bench clean
+.PHONY: all build runtime example deploy-examples java wheel test test-fast bench clean
 
 all: example
 
@@ -41,6 +41,12 @@ deploy-examples: build java
 java: runtime
 	$(MAKE) -s -C bindings/java all example
 
+# The wheel for users (pip install dist/kiln-*.whl): setup.py builds the C runtime, the cffi
+# extension and, with a JDK, the jar into it. pip builds it in an isolated environment (setuptools
+# and cffi from the index); .venv is left as it is (editable).
+wheel: $(VENV)/.installed
+	$(PY) -m pip wheel -q --no-deps -w dist .
+
 # The suite runs in parallel (pytest-xdist), one worker per logical CPU; `worksteal` lets an idle
 # worker take tests queued on a busy one. PYTEST_ARGS=... adds options (e.g. PYTEST_ARGS="-n 0"
 # runs it in one process). pytest exits 5 when it collected no test; that is not a failure of
@@ -61,4 +67,4 @@ clean:
 	-$(MAKE) -s -C bindings/java clean
 	-$(MAKE) -s -C examples/c clean
 	-$(MAKE) -s -C examples/cpp clean
-	rm -rf $(VENV) .pytest_cache compiler/kiln/_ffi*
+	rm -rf $(VENV) .pytest_cache compiler/kiln/_ffi* build dist

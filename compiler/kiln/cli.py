@@ -8,6 +8,7 @@ time a compiled library.
     kiln inspect model.so [--disassemble]
     kiln run model.so --input x=x.npy [--output y.npy]      (or --random for seeded inputs)
     kiln bench model.so [--threads 1] [--repeat 20] [--profile]
+    kiln config [--cflags] [--libs [--static]] [--includedir] [--libdir] [--cmakedir] [--jar]
 
 Results go to stdout, progress of the long steps to stderr. Exit status: 0 on success, 1 when
 the work failed (the message names what: the ONNX node, the input, the file), 2 on a usage
@@ -472,6 +473,9 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--warmup", type=int, default=2, help="untimed runs first (default 2)")
     b.add_argument("--profile", action="store_true", help="also print the per-kernel profile of one run")
     b.set_defaults(func=cmd_bench)
+
+    from .libinfo import add_config_command   # `kiln config`: flags and paths for C, C++, Java
+    add_config_command(sub)
     return p
 
 

@@ -13,7 +13,8 @@
   for ``mlp.so`` (call ``load_executable``, then ``init`` and ``forward``), with no dlopen and no
   file system.
 
-Link: ``cc app.c mlp.a libkiln_runtime.a -lm -lpthread`` (plus ``-ldl`` on glibc < 2.34).
+Link: ``cc app.c mlp.a $(kiln config --cflags --libs --static)`` (the runtime's include path,
+``libkiln_runtime.a``, ``-lm -lpthread -ldl``; ``kiln.libinfo`` gives the same from Python).
 
 Everything is done in LLVM and Python (no binutils needed): the optimized kernel module is
 renamed and internalized, the entry point is linked in as a second LLVM module, and one object
@@ -87,8 +88,11 @@ def _header(ex, name: str, syms: Dict[str, str]) -> str:
  * {name}.h: the Kiln model "{name}", exported by Executable.export_static for static linking.
  * Generated; do not edit. Target: {ex.spec.target}
  *
- * Link {name}.a with the runtime (runtime_c/build/libkiln_runtime.a) and -lm -lpthread
- * (-ldl on glibc < 2.34). Needs runtime_c/include on the include path.
+ * Build with the Kiln runtime; `kiln config` prints its flags (the static runtime and the
+ * system libraries it needs, and the include path of kiln_runtime.h):
+ *   cc app.c {name}.a $(kiln config --cflags --libs --static)
+ * CMake: find_package(Kiln) with -DKiln_DIR="$(kiln config --cmakedir)", then link
+ * {name}.a and Kiln::runtime_static.
  *
  * Graph functions of the VM (arguments: name: dtype[shape]):
 {sigs}
