@@ -60,3 +60,37 @@ def test_a_guard_of_another_form_stays():
     from kiln.lower.blocks import opaque_blocks
     func = opaque_blocks(EvenOnly["main"])
     assert partition_loops(func).script() == func.script()
+
+
+@kiln.script.ir_module
+class TileOfRowsAndColumns:
+    """A 4 x 8 tile of C = A * 2 over 10 x 21: guarded on the rows and on the columns, as a
+    matmul tile is when neither dimension is a multiple of the tile (49 x 1000)."""
+    @T.prim_func
+    def main(A: T.Buffer((10, 21), "float32"), C: T.Buffer((10, 21), "float32")):
+        for j_0, i_0, i_1, j_1 in T.grid(3, 3, 4, 8):
+            with T.block("C"):
+                vi = T.axis.spatial(10, i_0 * 4 + i_1)
+                vj = T.axis.spatial(21, j_0 * 8 + j_1)
+                T.where(j_0 * 8 + j_1 < 21 and i_0 * 4 + i_1 < 10)
+                C[vi, vj] = A[vi, vj] * 2.0
+
+
+def test_a_guard_on_two_loops_is_partitioned_on_each():
+    """The column loop splits off its last block keeping the row conjunct, then the row loop
+    of the head splits off its last tile: the bulk of the tiles run without any guard."""
+    text = lower_prim_func(TileOfRowsAndColumns["main"]).script()
+    head, tail = text.split("for j_0_t in")
+    rows_head, rows_tail = head.split("for i_0_t in")
+    assert "for j_0 in range(2):" in rows_head and "for i_0, i_1, j_1 in T.grid(2, 4, 8):" in rows_head
+    assert " if " not in rows_head
+    assert "if i_0_t * 4 + i_1 < 10:\n" in rows_tail         # the row conjunct alone
+    assert tail.count(" if ") == 1 and "j_0_t * 8 + j_1 < 21" in tail
+
+
+def test_two_loop_partition_computes_the_same():
+    rt = kiln.build(TileOfRowsAndColumns, target="llvm")
+    a = np.random.default_rng(0).standard_normal((10, 21)).astype("float32")
+    c = kiln.nd.array(np.full((10, 21), np.nan, "float32"))
+    rt(kiln.nd.array(a), c)
+    np.testing.assert_array_equal(c.numpy(), a * 2)

@@ -34,11 +34,16 @@ def _conjuncts(cond: PrimExpr) -> List[PrimExpr]:
     return [cond]
 
 
-def _holds_below(cond: PrimExpr, v: Var, inner: List[For], ana: Analyzer) -> Optional[PrimExpr]:
-    """P such that ``cond`` holds for every ``v < P`` and every value of the ``inner`` loops'
-    variables, or None if ``cond`` is not a guard of that form."""
-    parts = []
+def _holds_below(cond: PrimExpr, v: Var, inner: List[For], ana: Analyzer):
+    """(P, rest) such that the conjuncts of ``cond`` that depend on ``v`` hold for every
+    ``v < P`` and every value of the ``inner`` loops' variables, and ``rest`` (a list) is the
+    conjuncts free of ``v`` (a guard of another loop: a tile's rows, when ``v`` walks its
+    columns), which stay; or None if a conjunct on ``v`` is not of that form or none is."""
+    parts, rest_conds = [], []
     for c in _conjuncts(cond):
+        if free_of(c, [v]):
+            rest_conds.append(c)
+            continue
         if not isinstance(c, LT):
             return None
         d = ana.simplify(c.a - c.b)
@@ -54,14 +59,16 @@ def _holds_below(cond: PrimExpr, v: Var, inner: List[For], ana: Analyzer) -> Opt
             return None
         s = IntImm(step.value, v.dtype)
         parts.append(ana.simplify((s - IntImm(1, v.dtype) - hi) // s))
+    if not parts:
+        return None
     out = parts[0]
     for p in parts[1:]:
         out = Min(out, p)
-    return out
+    return out, rest_conds
 
 
 def _guards(body: Stmt, v: Var, ana: Analyzer):
-    """(IfThenElse, P) for each qualifying guard under ``body``, with the loops between."""
+    """(IfThenElse, P, the conjuncts that stay) for each qualifying guard under ``body``."""
     found = []
 
     def rec(s, inner):
@@ -75,7 +82,7 @@ def _guards(body: Stmt, v: Var, ana: Analyzer):
         elif isinstance(s, IfThenElse):
             p = _holds_below(s.condition, v, inner, ana) if s.else_case is None else None
             if p is not None:
-                found.append((s, p))
+                found.append((s, p[0], p[1]))
             else:
                 rec(s.then_case, inner)
                 if s.else_case is not None:
@@ -103,14 +110,25 @@ def _partition(loop: For, sizes: List[Var]) -> Optional[Stmt]:
         return None
     zero = IntImm(0, v.dtype)
     split = guards[0][1]
-    for _, p in guards[1:]:
+    for _, p, _ in guards[1:]:
         split = Min(split, p)
     split = ana.simplify(Max(Min(split, loop.extent), zero))
     if is_const_int(split, 0):
         return None
-    removed = {id(g) for g, _ in guards}
-    head_body = transform(loop.body, lambda n: n.then_case if isinstance(n, IfThenElse) and id(n) in removed
-                          else None)
+    kept = {id(g): rest for g, _, rest in guards}
+
+    def drop(n):
+        # In the head, a guard loses the conjuncts on this loop; the others stay.
+        if not isinstance(n, IfThenElse) or id(n) not in kept:
+            return None
+        rest = kept[id(n)]
+        if not rest:
+            return n.then_case
+        cond = rest[0]
+        for c in rest[1:]:
+            cond = And(cond, c)
+        return IfThenElse(cond, n.then_case, None)
+    head_body = transform(loop.body, drop)
     head = For(v, zero, split, loop.kind, head_body, loop.thread_binding, loop.annotations)
     rest = ana.simplify(loop.extent - split)
     if is_const_int(rest, 0):

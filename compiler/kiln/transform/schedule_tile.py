@@ -13,7 +13,11 @@ shape of the contraction block ``C[..] = C[..] + A[..] * B[..]``:
 - the reduction's init is split off (``decompose_reduction``) and vectorized;
 - a panel-pack block (``kiln.layout = pack``, see ``layout.py``) is computed per column
   block (``compute_at``), so a panel stays in cache while every row block streams past it;
-- the outer loops (batch, column blocks, output rows) run in parallel.
+- the outer loops (batch, column blocks, output rows) run in parallel;
+- a matmul whose packed panel (K x NR) does not fit in half of L2 has its reduction blocked
+  (``k_block``): per column block, K in chunks of ``kc``, every row block running over one
+  chunk before the next, so the chunk of the panel and of A stay in L2; the tile of C then
+  lives in a local buffer of the panel's rows (L1), re-read at each chunk.
 
 Tile sizes (``layout.py``, shared with the weight packing so both agree): NR divides the
 vector axis (16, 8, else the largest divisor down to 4, else the whole axis up to 16) or is
@@ -122,12 +126,33 @@ def _panel(load: BufferLoad, var: Var) -> Optional[int]:
     return None
 
 
+def k_block(k: Optional[int], nr: Optional[int], ctx: PassContext) -> int:
+    """The reduction chunk of a matmul whose ``k`` x ``nr`` float32 panel overflows half of
+    L2 (0: no blocking): the largest divisor of ``k``, a multiple of 8, whose panel chunk
+    takes at most an eighth of L2 (room for the chunk of A and the next panel). 49 x 4608 x
+    1000 on a 2 MiB L2 with 64-wide panels: chunks of 768 (a 192 KiB panel chunk), where
+    the whole 1.2 MiB panel and A's 0.9 MiB would evict each other."""
+    if not k or not nr or k * nr * 4 <= ctx.machine.l2_bytes // 2:
+        return 0
+    fits = [d for d in k_block_options(k) if d * nr * 4 <= ctx.machine.l2_bytes // 8]
+    return max(fits) if fits else 0
+
+
+def k_block_options(k: Optional[int]) -> List[int]:
+    """Chunks a reduction of ``k`` can be blocked in: divisors that are multiples of 8, from
+    64 up to half of ``k``."""
+    if not k:
+        return []
+    return [d for d in range(64, k // 2 + 1, 8) if k % d == 0]
+
+
 def schedule_contraction(sch: Schedule, c: Contraction, ctx: PassContext, kind: str,
                          decide: Optional[Decisions] = None) -> str:
     """Apply the register-tile recipe (module docstring); returns a description. Its choices
     are ``decide``'s: ``nr`` (vector width, when the weight is not packed), ``mr`` (rows),
-    ``cols`` (column blocks of a one-row tile), ``parallel`` (how many outer loops are fused
-    into the parallel loop; 0: serial)."""
+    ``cols`` (column blocks of a one-row tile), ``kc`` (reduction chunk of a matmul, 0: none;
+    ``k_block``), ``parallel`` (how many outer loops are fused into the parallel loop; 0:
+    serial)."""
     decide = decide if decide is not None else Decisions()
     info = c.info
     loops = [LoopRV(f.loop_var) for f in info.loops]
@@ -204,6 +229,16 @@ def schedule_contraction(sch: Schedule, c: Contraction, ctx: PassContext, kind: 
             outer[iu], outer[iv] = v0, u0
     inner = [x for x in (u1, v1) if x is not None]
     reduce = [loops[k] for k in c.reduce]
+    kc = 0
+    if kind == "matmul" and len(reduce) == 1 and v0 is not None and u0 is not None \
+            and outer and outer[-1] is u0:
+        k_ext = extents[c.reduce[0]]
+        kc = decide.choose("kc", [0] + k_block_options(k_ext), default=k_block(k_ext, nr, ctx))
+    if kc:
+        # Chunks of K between the column block and the row blocks (module docstring).
+        ko, ki = sch.split(reduce[0], [None, kc])
+        outer = outer[:-1] + [ko, outer[-1]]
+        reduce = [ki]
     sch.reorder(*(outer + reduce + inner))
 
     # The tile accumulates in a local buffer; the epilogue joins its write-back.
@@ -223,16 +258,21 @@ def schedule_contraction(sch: Schedule, c: Contraction, ctx: PassContext, kind: 
         if left:
             epilogue = "separate"
     parts = [f"tile {mr}x{nr or 1}" if cols == 1 else f"tile 1x{cols}x{nr}"]
-    if outer:
-        sch.reverse_compute_at(write_back, outer[-1])
+    if kc:
+        parts.append(f"k chunks of {kc}")
+    # The tile of C is written back after its reduction: per row block, or with K chunks
+    # once per column block (the loop outside the chunks).
+    at = outer[-3] if kc else (outer[-1] if outer else None)
+    if at is not None:
+        sch.reverse_compute_at(write_back, at)
         if epilogue == "separate":
             for e in consumers(sch.func, find(sch.func, write_back.name).written()[0]):
                 try:
-                    sch.reverse_compute_at(e.rv, outer[-1])
+                    sch.reverse_compute_at(e.rv, at)
                     epilogue = "at tile"
                 except ScheduleError:
                     pass
-    init = sch.decompose_reduction(info.rv, reduce[0])
+    init = sch.decompose_reduction(info.rv, outer[-2] if kc else reduce[0])
     if u1 is not None:
         sch.unroll(u1)
     if v1 is not None:
@@ -276,7 +316,10 @@ def schedule_contraction(sch: Schedule, c: Contraction, ctx: PassContext, kind: 
         if tasks < 2 * ctx.cores:
             depth = len(outer)
         default = depth if work >= ctx.parallel_min_elements * 16 else 0
-        depth = decide.choose("parallel", list(range(len(outer) + 1)), default=default)
+        # With K chunks only the loops outside the chunks can run in parallel.
+        most = len(outer) - 2 if kc else len(outer)
+        default = min(default, most)
+        depth = decide.choose("parallel", list(range(most + 1)), default=default)
         if depth:
             par = outer[:depth]
             loop = sch.fuse(*par) if len(par) > 1 else par[0]
