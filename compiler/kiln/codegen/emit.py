@@ -47,13 +47,24 @@ def _default_cache_dir() -> str:
     return os.environ.get("KILN_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "kiln")
 
 
+# The C compilers tried, in order, to link kernel libraries when BuildOptions.cc is not given:
+# the system's default, then gcc and clang by name (an image may have one without a `cc` link).
+CC_CANDIDATES = ("cc", "gcc", "clang")
+
+
+def find_cc() -> str:
+    """The first of ``CC_CANDIDATES`` on PATH; ``"cc"`` when there is none, so that linking
+    fails with the error naming every candidate."""
+    return next((c for c in CC_CANDIDATES if shutil.which(c)), CC_CANDIDATES[0])
+
+
 @dataclass(frozen=True)
 class BuildOptions:
     """How libraries are built: where they are cached, which C compiler links them, and how
     many processes run LLVM (``jobs``: 0 = one per CPU this process may use, at most 8; 1 = all
     in this process). ``jobs`` changes only the time a build takes, never the library."""
     cache_dir: str = field(default_factory=_default_cache_dir)
-    cc: str = "cc"
+    cc: str = field(default_factory=find_cc)
     opt_level: int = 3
     jobs: int = 0
 
@@ -329,8 +340,10 @@ def build_library(mod, target="llvm", options: Optional[BuildOptions] = None, *,
         out = os.path.join(tmp, "kernels.so")
         cmd = [options.cc, "-shared", "-fPIC", "-o", out, *objs, "-lm"]
         if shutil.which(options.cc) is None:
-            raise CodegenError(f"C compiler {options.cc!r} not found; it is needed to link kernel "
-                               "libraries (set BuildOptions(cc=...))")
+            tried = ", ".join(CC_CANDIDATES) if options.cc in CC_CANDIDATES else repr(options.cc)
+            raise CodegenError(f"no C compiler to link the kernel library: {tried} not found on "
+                               "PATH. Install one (gcc or clang, e.g. `apt install gcc`), or name "
+                               "it with BuildOptions(cc=...)")
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             raise CodegenError(f"linking failed: {' '.join(cmd)}\n{proc.stderr.strip()}")
