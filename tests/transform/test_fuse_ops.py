@@ -150,6 +150,28 @@ def test_gelu_fuses_into_the_matmul_that_feeds_it():
     _check_numerics(mod, out)
 
 
+def test_residual_add_joins_the_matmul_and_layer_norm_reads_it_once():
+    """A pre-LN transformer's ``h = x + (y @ W + b)`` then ``layer_norm(h)``, with ``h`` used
+    again by the next residual: the bias and the residual add are the matmul's epilogue (one
+    pass writing ``h``), the layer norm one pass reading it; no kernel of its own for the add."""
+    rng = np.random.default_rng(2)
+    w = Constant(rng.standard_normal((32, 32)).astype("float32"))
+    bias = Constant(rng.standard_normal((32,)).astype("float32"))
+    g = Constant(rng.uniform(0.5, 1.5, 32).astype("float32"))
+    beta = Constant(rng.standard_normal(32).astype("float32"))
+
+    def body(emit, x, y):
+        h = emit("add", x, emit("add", bias, emit("matmul", y, w)))
+        n = emit("layer_norm", h, g, beta, axes=(1,), eps=1e-5)
+        return ops.call("add", h, n)
+    mod = graph_module([typed("x", (16, 32)), typed("y", (16, 32))], body)
+    out = kiln.get_pipeline("default", AVX2_CTX)(mod)
+    names = kernels(out)
+    assert [attr(out[n], "kiln.ops") for n in names] == ["matmul+add+add", "layer_norm+add"], names
+    assert "epilogue inlined" in attr(out[names[0]], "kiln.schedule")
+    _check_numerics(mod, out)
+
+
 def test_reduce_takes_elementwise_producers_and_consumers():
     x = typed("x", (4, 8))
     mod = graph_module([x], lambda emit, x: ops.call(
