@@ -42,6 +42,7 @@ _LAZY = {
     "transform": ("kiln.transform", None),
     "get_pipeline": ("kiln.transform.pipeline", "get_pipeline"),
     "executable": ("kiln.executable", None),
+    "bindgen": ("kiln.bindgen", None),
     "compile": ("kiln.executable", "compile"),
     "Executable": ("kiln.executable", "Executable"),
     "VirtualMachine": ("kiln.runtime.vm", "VirtualMachine"),

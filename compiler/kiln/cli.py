@@ -8,6 +8,7 @@ time a compiled library.
     kiln inspect model.so [--disassemble]
     kiln run model.so --input x=x.npy [--output y.npy]      (or --random for seeded inputs)
     kiln bench model.so [--threads 1] [--repeat 20] [--profile]
+    kiln export-bindings model.so --lang c,cpp,java [-o DIR] [--name mlp]
     kiln config [--cflags] [--libs [--static]] [--includedir] [--libdir] [--cmakedir] [--jar]
 
 Results go to stdout, progress of the long steps to stderr. Exit status: 0 on success, 1 when
@@ -476,6 +477,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .libinfo import add_config_command   # `kiln config`: flags and paths for C, C++, Java
     add_config_command(sub)
+    from .bindgen.cli import add_export_bindings_command   # typed C, C++, Java wrappers
+    add_export_bindings_command(sub)
     return p
 
 

@@ -93,9 +93,17 @@ class Executable:
         return path
 
     def export_static(self, directory, name: str = "model", options=None):
-        """Write ``<name>.a`` + ``<name>.h`` for static linking (``kiln.executable.static``)."""
+        """Write ``<name>.a`` + ``<name>.h`` for static linking (``kiln.executable.static``), and
+        the typed bindings ``<name>_bindings.h`` (C) and ``<name>.hpp`` (C++) when every public
+        function has fixed shapes (``kiln.bindgen``); returns the paths written by kind."""
+        from ..bindgen import BindgenError, write_bindings
         from .static import export_static
-        return export_static(self, directory, name, options)
+        paths = dict(export_static(self, directory, name, options) or {})
+        try:
+            paths.update(write_bindings(self.spec, directory, name, ("c", "cpp"), static=True))
+        except BindgenError:
+            pass  # symbolic shapes: the untyped header is all there is
+        return paths
 
     def load_module(self):
         """The library loaded by the runtime (``kiln.load_module``), which has ``load_executable``."""
