@@ -20,16 +20,24 @@ BENCHMARKS = {
     "onnx": lambda args: __import__("onnx_models").run(
         names=args.models or __import__("onnx_models").MODELS, repeat=args.repeat),
     "conv": lambda args: __import__("conv").run(repeat=args.repeat),
+    # default vs tuned at fixed budgets (2, 5, 10 min per workload by default: about an hour
+    # for all of them, so only when named: bench/run.py tune [--budgets 20s,1m])
+    "tune": lambda args: __import__("tune").run(
+        args.workloads or __import__("tune").WORKLOADS, args.budgets, args.threads,
+        args.repeat, args.plot_dir),
 }
+LONG = ("tune",)     # not run without being named
 
 
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("names", nargs="*", default=list(BENCHMARKS), help=f"any of {list(BENCHMARKS)}")
+    p.add_argument("names", nargs="*", default=[n for n in BENCHMARKS if n not in LONG],
+                   help=f"any of {list(BENCHMARKS)} (default: all but {', '.join(LONG)})")
     p.add_argument("--sizes", type=int, nargs="+", default=[512, 1024])
     p.add_argument("--repeat", type=int, default=10)
     p.add_argument("--models", nargs="+", help="onnx: only these models (mlp, resnet18, "
                    "mobilenet_v2, gpt2)")
+    __import__("tune").add_arguments(p.add_argument_group("tune"))
     args = p.parse_args(argv)
     models = __import__("onnx_models").MODELS
     bad = [m for m in args.models or () if m not in models]
