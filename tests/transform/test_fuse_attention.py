@@ -164,3 +164,25 @@ def test_attention_tile_follows_the_target(target, nr, rows, vector):
     assert f"x{nr}" in attr(out[name], "kiln.schedule")
     asm = codegen.compile_module(lower(kiln.IRModule({name: out[name]})), target).assembly()
     assert re.search(vector, asm)
+
+
+def test_attention_over_symbolic_queries_and_keys():
+    """A prompt of any length against a KV cache of any length (the shapes of prefill and
+    decode): one kernel, its row blocks and key tiles guarded at the ends; correct at every
+    size, including one query and one key."""
+    from kiln.ir import GraphVar, TensorType, Var
+    m, n = Var("m", "int64"), Var("n", "int64")
+    q = GraphVar("q", TensorType((1, 4, m, 16), "float32"))
+    kt = GraphVar("kt", TensorType((1, 4, 16, n), "float32"))
+    v = GraphVar("v", TensorType((1, 4, n, 24), "float32"))
+    mod = graph_module([q, kt, v], lambda emit, q, kt, v: ops.call("attention", q, kt, v, scale=0.25))
+    out = kiln.get_pipeline("default", target=AVX2)(mod)
+    (name,) = kernels(out)
+    assert attr(out[name], "kiln.schedule").startswith("attention: rows"), attr(out[name], "kiln.schedule")
+    vm = kiln.VirtualMachine(kiln.compile(out, target=AVX2), kiln.cpu())
+    rng = np.random.default_rng(5)
+    for mm, nn in ((1, 1), (1, 37), (5, 17), (13, 64)):
+        a = [rng.standard_normal(s).astype("float32")
+             for s in ((1, 4, mm, 16), (1, 4, 16, nn), (1, 4, nn, 24))]
+        got = vm["main"](*[kiln.nd.array(x) for x in a]).numpy()
+        np.testing.assert_allclose(got, attention_reference(*a, scale=0.25), rtol=1e-4, atol=1e-5)

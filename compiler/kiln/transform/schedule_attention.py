@@ -20,7 +20,7 @@ Decisions (``kiln.schedule.decisions``): ``rows`` (query rows per task: a diviso
 """
 from __future__ import annotations
 
-from typing import List, Tuple
+from typing import List, Optional, Tuple
 
 from ..ir import IRModule, PrimFunc
 from ..schedule import Schedule
@@ -36,16 +36,18 @@ def _divisors(n: int, limit: int) -> List[int]:
     return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
 
 
-def tile_of(m: int, n: int, dv: int, ctx: PassContext) -> Tuple[int, int]:
+def tile_of(m: Optional[int], n: Optional[int], dv: int, ctx: PassContext) -> Tuple[int, int]:
     """(rows, nr): ``nr`` columns of up to 4 vectors (no wider than the keys and values need),
     and as many rows as keep the accumulators of a rows x nr tile within
-    ``tile_accumulators`` (the registers left after the broadcast operand and the loads)."""
+    ``tile_accumulators`` (the registers left after the broadcast operand and the loads),
+    dividing ``m``. A symbolic ``m`` (a prompt of any length) or ``n`` (a KV cache of any
+    length) counts as long: all the rows, 4 vectors; its last tile is guarded."""
     lanes = ctx.simd_lanes
-    widest = max(n, dv)
+    widest = max(dv, n if n is not None else 4 * lanes)
     vectors = max(1, min(4, -(-widest // lanes)))
     nr = vectors * lanes
     rows_max = max(1, ctx.tile_accumulators // vectors)
-    rows = max(_divisors(m, rows_max))
+    rows = rows_max if m is None else max(_divisors(m, rows_max))
     return rows, nr
 
 
@@ -63,7 +65,8 @@ def _tile_reduction(sch: Schedule, block: str, tasks, nr: int) -> None:
     ii = inner[0] if len(inner) == 3 else None
     x, red = inner[-2], inner[-1]
     extent = _extent(sch, x)
-    x0, x1 = sch.split(x, [None, nr]) if extent is not None and extent > nr else (None, x)
+    # (a symbolic x, the keys of a cache: tiles of nr, the last one guarded)
+    x0, x1 = sch.split(x, [None, nr]) if extent is None or extent > nr else (None, x)
     sch.reorder(*[lp for lp in (x0, red, ii, x1) if lp is not None])
     sch.decompose_reduction(rv, red)
     loops = sch.get_loops(sch.get_block(block))
@@ -82,23 +85,31 @@ def schedule_attention(func: PrimFunc, ctx: PassContext, decide: Decisions) -> T
     loops = sch.get_loops(out)
     m, dv = (_extent(sch, lp) for lp in loops[-2:])
     n = _extent(sch, sch.get_loops(sch.get_block("attention_exp"))[-1])
-    if None in (m, dv, n):
-        raise ValueError("attention: the rule needs static M, N and Dv")
+    if dv is None:
+        raise ValueError("attention: the rule needs a static value width")
     rows0, nr0 = tile_of(m, n, dv, ctx)
-    rows = decide.choose("rows", _divisors(m, 16), default=rows0)
+    rows = decide.choose("rows", _divisors(m, 16) if m is not None else list(range(1, 17)),
+                         default=rows0)
     lanes = ctx.simd_lanes
     nr = decide.choose("nr", [lanes * v for v in (1, 2, 3, 4)], default=nr0)
-    i0, ii = sch.split(loops[-2], [None, rows])
-    tasks = sch.fuse(*loops[:-2], i0) if len(loops) > 2 else i0
+    i0 = sch.split(loops[-2], [None, rows])[0] if m is None or rows < m else None
+    row_loops = list(loops[:-2]) + ([i0] if i0 is not None else [])
+    if not row_loops:
+        raise ValueError("attention: one block of rows and no batch: nothing to split")
+    tasks = sch.fuse(*row_loops) if len(row_loops) > 1 else row_loops[0]
     for name in ("attention_pv", "attention_sum", "attention_exp", "attention_max",
                  "attention_score"):
         sch.compute_at(sch.get_block(name), tasks)
     for name in ("attention_score", "attention_pv"):
         _tile_reduction(sch, name, tasks, nr)
-    sch.vectorize(sch.get_loops(sch.get_block("attention_exp"))[-1])
+    exp_cols = sch.get_loops(sch.get_block("attention_exp"))[-1]
+    if n is None:   # vector chunks, the last guarded
+        exp_cols = sch.split(exp_cols, [None, ctx.vector_lanes])[1]
+    sch.vectorize(exp_cols)
     sch.vectorize(sch.get_loops(sch.get_block(ANCHOR))[-1])
     parts = [f"attention: rows {rows}, tile {rows}x{nr}"]
-    work = _extent(sch, tasks) * rows * n * dv      # multiply-adds of the second product
+    # multiply-adds of the second product (a symbolic size counts as large)
+    work = (_extent(sch, tasks) or 1 << 10) * rows * (n or 1 << 10) * dv
     if decide.choose("parallel", [False, True], default=work >= ctx.parallel_min_elements):
         sch.parallel(tasks)
         parts.append("parallel")
