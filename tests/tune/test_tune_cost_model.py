@@ -2,6 +2,7 @@
 LightGBM model fitted to measured times, and the search proposing what it predicts fastest."""
 from __future__ import annotations
 
+import math
 import random
 
 import numpy as np
@@ -75,3 +76,33 @@ def test_the_model_learns_times_and_the_search_follows_it(task):
     blind = plain.propose(4, measured)
     assert len(picks) == 4 and len(blind) == 4
     assert np.mean([seconds(d) for d in picks]) < np.mean([seconds(d) for d in blind])
+
+
+def test_memory_features_count_flops_footprints_and_cache_traffic():
+    """On the 16x32x16 matmul (loops i, j, k; k innermost), by hand: 2 flops per iteration;
+    footprints per level: k: A row 128 B + B column 128 B + C element 4 B = 260 B; j: 128 +
+    B 2048 + C row 64 = 2240 B; i: 2048 + 2048 + 1024 = 5120 B. The init store C = 0 touches
+    C: 1024 B over the whole nest."""
+    import math
+    from kiln.tune.access import access_features
+    from tune_helpers import mm
+    f = access_features(mm)                    # every footprint fits: each byte loaded once
+    assert f["flops"] == math.log2(2 * 16 * 16 * 32)
+    assert f["l1_traffic"] == pytest.approx(math.log2(5120 + 1024))
+    assert f["inner_bytes"] == pytest.approx(math.log2(260))
+    assert f["bytes"] == pytest.approx(math.log2((4 + 1) * 4 * 16 * 16 * 32))
+    small = access_features(mm, l1_bytes=1024, l2_bytes=4096)
+    # L1 of 1 KiB: only the k loop's 260 B fit, reloaded for each (i, j)
+    assert small["l1_traffic"] == pytest.approx(math.log2(260 * 16 * 16 + 1024))
+    # L2 of 4 KiB: the j loop's 2240 B fit, reloaded for each i
+    assert small["l2_traffic"] == pytest.approx(math.log2(2240 * 16 + 1024))
+    assert small["intensity_l1"] < small["intensity_l2"] < f["intensity_l1"]
+
+
+def test_features_include_memory_behaviour_for_the_targets_caches(task):
+    d = Decisions(fixed={"mr": 4})
+    func = schedule_kernel(task.func, task.ctx, d)
+    m = task.ctx.machine
+    f = features(func, d.made, m.l1_bytes, m.l2_bytes)
+    assert f["flops"] >= math.log2(2 * 16 * 16 * 32) - 1e-9
+    assert f["l1_traffic"] > 0 and f["intensity_l1"] == f["flops"] - f["l1_traffic"]

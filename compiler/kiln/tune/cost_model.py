@@ -3,7 +3,9 @@
 ``features(func, decisions)`` describes a scheduled kernel by its loop nest: how many loops
 and how deep, the parallel work (product of the parallel loops' extents), the vector width,
 the unroll factor of the register tile, the innermost extents, the work (iterations of every
-store), the bytes kept in local (register) buffers, plus the decisions themselves as numbers.
+store), the bytes kept in local (register) buffers, its memory behaviour (``access.py``:
+flops, bytes touched per loop level as traffic into L1 and L2 of the target's sizes, and
+the arithmetic intensity against each), plus the decisions themselves as numbers.
 ``CostModel`` fits gradient-boosted trees (LightGBM, the ``tune`` extra; without it there is
 no model and the search stays random and evolutionary) to log(seconds) of one task's
 measured candidates and predicts the others; ``search.Space`` uses it to pick, among many
@@ -23,6 +25,7 @@ import numpy as np
 from ..ir import PrimFunc
 from ..ir.expr import IntImm
 from ..ir.stmt import Block, BlockRealize, BufferStore, For, SeqStmt, IfThenElse
+from .access import access_features
 
 Features = Dict[str, float]
 
@@ -31,9 +34,10 @@ def _extent(loop: For) -> int:
     return loop.extent.value if isinstance(loop.extent, IntImm) else 64
 
 
-def features(func: PrimFunc, decisions: Dict[str, Any]) -> Features:
+def features(func: PrimFunc, decisions: Dict[str, Any], l1_bytes: int = 32 << 10,
+             l2_bytes: int = 1 << 20) -> Features:
     """The loop-nest features of the scheduled ``func`` and its ``decisions`` (module
-    docstring); extents are counted in log2."""
+    docstring), for caches of ``l1_bytes`` and ``l2_bytes``; extents are counted in log2."""
     f = {"loops": 0.0, "depth": 0.0, "parallel": 0.0, "vector": 0.0, "unroll": 0.0,
          "inner": 0.0, "work": 0.0, "blocks": 0.0, "local_bytes": 0.0, "stores": 0.0}
     work = 0.0
@@ -79,6 +83,7 @@ def features(func: PrimFunc, decisions: Dict[str, Any]) -> Features:
     f["work"] = math.log2(max(work, 1.0))
     f["inner"] = math.log2(max(1.0, float(np.mean(inners)))) if inners else 0.0
     f["local_bytes"] = math.log2(f["local_bytes"] + 1)
+    f.update(access_features(func, l1_bytes, l2_bytes))
     for name, v in decisions.items():
         if isinstance(v, (bool, int, float)):
             f["d:" + name] = float(v)

@@ -50,15 +50,21 @@ class Space:
             known = self.options.setdefault(name, [])
             known.extend(o for o in opts if o not in known)
         if self.model is not None:
-            self.feats.setdefault(decisions_key(d.made), features(func, d.made))
+            self.feats.setdefault(decisions_key(d.made), features(func, d.made, *self._caches()))
         return dict(d.made)
+
+    def _caches(self) -> Tuple[int, int]:
+        """The target's L1 and L2 data cache sizes, for the cost model's traffic features."""
+        m = self.task.ctx.machine
+        return m.l1_bytes, m.l2_bytes
 
     def features_of(self, decisions: Candidate) -> Features:
         """The cost model's features of a candidate (scheduled again when not cached)."""
         k = decisions_key(decisions)
         if k not in self.feats:
             d = Decisions(fixed=decisions)
-            self.feats[k] = features(schedule_kernel(self.task.func, self.task.ctx, d), d.made)
+            self.feats[k] = features(schedule_kernel(self.task.func, self.task.ctx, d), d.made,
+                                     *self._caches())
         return self.feats[k]
 
     def fit(self, measured: Sequence[Tuple[Candidate, float]]) -> bool:
