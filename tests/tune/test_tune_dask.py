@@ -102,3 +102,24 @@ def test_kiln_tune_through_the_cluster(cluster, tmp_path):
                           capture_output=True, text=True, timeout=300,
                           env=dict(os.environ, DASK_DISTRIBUTED__COMM__TIMEOUTS__CONNECT="2s"))
     assert proc.returncode == 1 and "--scheduler tcp://127.0.0.1:9" in proc.stderr, proc.stderr
+
+
+def test_whole_models_are_timed_on_a_worker(cluster, tmp_path):
+    import kiln
+    from kiln.tune.workload import ArgSpec
+    from tune_helpers import matmul_graph_module
+    mod, _ = matmul_graph_module(m=8, k=32, n=16)
+    libs = [kiln.compile(mod, "llvm", pipeline="default").library_path for _ in range(2)]
+    key = machine_of("llvm").key()
+    with DaskExecutor(cluster.scheduler_address, FAST) as ex:
+        kind, value = ex.time_models(libs, "main", [ArgSpec((8, 32), "float32", False)], 1, 2,
+                                     5, 0, key, 60)
+        assert kind == "ok", value
+        assert len(value) == 2 and all(0 < t < 0.1 for t in value)
+        # a library that is not a model fails cleanly, on the worker
+        bad = tmp_path / "bad.so"
+        bad.write_bytes(b"not a library")
+        kind, value = ex.time_models([str(bad)], "main", [ArgSpec((8, 32), "float32", False)],
+                                     1, 1, 1, 0, key, 60)
+        assert kind == "error" and value
+    assert len(cluster.scheduler_info["workers"]) == 2
