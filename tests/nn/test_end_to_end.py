@@ -106,6 +106,7 @@ def test_prefill_decode_symbolic(pipeline):
         for fname, args in (("prefill", [tokens, cache] + state), ("decode", [tokens[:, :1], cache] + state)):
             expected = interpret(mod[fname], args)
             out = vm[fname](*[kiln.nd.array(a) for a in args])
+            assert len(out) == len(expected), (fname, len(out), len(expected))
             for o, e in zip(out, expected):
                 np.testing.assert_allclose(o.numpy(), e, rtol=1e-4, atol=1e-5)
 

@@ -37,6 +37,7 @@ def run_both(node, feeds, inits=(), opset=18, rtol=1e-4, atol=1e-4, out_type=F):
     vm = kiln.VirtualMachine(kiln.compile(kiln.get_pipeline("default")(mod), "llvm"), kiln.cpu())
     out = vm["main"](*feeds.values())
     got = out if isinstance(out, (list, tuple)) else [out]
+    assert len(got) == len(want), f"{len(got)} outputs, onnxruntime gives {len(want)}"
     for g_, w in zip(got, want):
         g_ = np.asarray(g_.numpy() if hasattr(g_, "numpy") else g_)
         assert g_.shape == w.shape and g_.dtype == w.dtype, (g_.shape, g_.dtype, w.shape, w.dtype)

@@ -133,6 +133,7 @@ def _stream_against_ort(model, vm, params, chunk: int, srs):
         want = sess.run(None, feed)
         kfeed = dict(feed, state=state_k)
         got = run_kiln(vm, {k: kfeed[k] for k in params})
+        assert len(got) == len(want), f"chunk {i}: {len(got)} outputs, onnxruntime gives {len(want)}"
         for k, (g, w) in enumerate(zip(got, want)):
             assert g.shape == w.shape, f"chunk {i}, output {k}"
             np.testing.assert_allclose(g, w, rtol=RTOL, atol=ATOL, err_msg=f"chunk {i} (sr {sr}), output {k}")
