@@ -1,0 +1,16 @@
+"""The torch.export importer (DESIGN.md, "Frontends"): ``from_exported_program(ep,
+keep_params_as_input=False) -> (IRModule, params)``.
+
+``program`` walks the FX graph; one module per op family (``elementwise``, ``nn``, ``tensor``,
+``reduction``) registers converters in the table of ``common`` keyed by ATen operator or
+overload. ``supported_ops()`` lists them. Each converter maps onto the operator library
+(``kiln.ops``): no operator is defined twice.
+"""
+from . import elementwise, nn, reduction, tensor
+from .common import supported_ops
+from .errors import TorchImportError
+from .program import from_exported_program, load
+
+_FAMILIES = (elementwise, nn, reduction, tensor)   # imported for their converters
+
+__all__ = ["from_exported_program", "load", "TorchImportError", "supported_ops"]

@@ -1,0 +1,90 @@
+"""Symbolic dims of a torch.export program as Kiln ``Var``s.
+
+torch.export names a dynamic dim by a sympy symbol (``s77``); the ``torch.export.Dim`` name the
+user gave (``"batch"``) survives only in the fake tensors' shape environment, which is where
+this looks first. A dim without one is named after the input and axis where it first appears
+(``x_dim0``). Size expressions (``2 * s77``, ``s77 // 2``) become PrimExprs over those Vars.
+"""
+from __future__ import annotations
+
+import re
+from typing import Dict, Optional
+
+from ...ir.expr import IntImm, PrimExpr, Var
+from .errors import Unsupported
+
+
+class SymbolTable:
+    """sympy symbol -> Var, and sympy expression -> PrimExpr (or int)."""
+
+    def __init__(self):
+        self.vars: Dict[object, Var] = {}
+        self._names = set()
+
+    def declare(self, symbol, fallback: str, shape_env=None) -> Var:
+        if symbol in self.vars:
+            return self.vars[symbol]
+        name = _sanitize(_dim_name(symbol, shape_env) or fallback)
+        while name in self._names:
+            name += "_"
+        self._names.add(name)
+        v = self.vars[symbol] = Var(name, "int64")
+        return v
+
+    def expr(self, e):
+        """A sympy integer expression as an int (constant) or a PrimExpr over the declared dims."""
+        import sympy
+        from torch.utils._sympy import functions as tf
+        if isinstance(e, (int, sympy.Integer)):
+            return int(e)
+        if e.is_Symbol:
+            if e not in self.vars:
+                raise Unsupported(f"symbolic size {e} is not a dim of any input")
+            return self.vars[e]
+        args = [self.expr(a) for a in e.args]
+        if isinstance(e, sympy.Add):
+            return _fold(args, lambda a, b: a + b)
+        if isinstance(e, sympy.Mul):
+            return _fold(args, lambda a, b: a * b)
+        if isinstance(e, tf.FloorDiv):
+            return _pe(args[0]) // args[1]
+        if isinstance(e, (tf.Mod, tf.PythonMod)):
+            return _pe(args[0]) % args[1]
+        if isinstance(e, (sympy.Min, sympy.Max)):
+            from ...ir.expr import Max, Min
+            cls = Min if isinstance(e, sympy.Min) else Max
+            out = _pe(args[0])
+            for a in args[1:]:
+                out = cls(out, _pe(a))
+            return out
+        raise Unsupported(f"symbolic size expression {e} ({type(e).__name__}) is not supported")
+
+
+def _pe(v) -> PrimExpr:
+    return v if isinstance(v, PrimExpr) else IntImm(int(v), "int64")
+
+
+def _fold(args, f):
+    out = args[0]
+    for a in args[1:]:
+        out = f(out, a) if isinstance(out, PrimExpr) or isinstance(a, PrimExpr) else f(out, a)
+    return out
+
+
+def _dim_name(symbol, shape_env) -> Optional[str]:
+    # ShapeEnv.var_to_sources: s77 -> [L['x'].size()[0]]; source_name_to_debug_name maps that
+    # source to the Dim's name. Private torch state: any failure falls back to the axis name.
+    try:
+        names = shape_env.source_name_to_debug_name
+        for src in shape_env.var_to_sources.get(symbol, ()):
+            key = src.name() if callable(src.name) else src.name
+            if key in names:
+                return names[key]
+    except Exception:  # noqa: BLE001 - best effort, see above
+        return None
+    return None
+
+
+def _sanitize(name: str) -> str:
+    name = re.sub(r"\W", "_", name)
+    return "d" + name if not name or name[0].isdigit() else name

@@ -1,0 +1,200 @@
+"""Shape and indexing ATen ops: view/reshape, permute, expand, slice, select, cat, split,
+squeeze/unsqueeze, index, index_select, repeat."""
+from __future__ import annotations
+
+import numpy as np
+
+from ...ir.expr import PrimExpr
+from .common import Ctx, converter, is_static, ndim, norm_axis, shape, sizes
+from .errors import Unsupported
+
+_END = 2 ** 63 - 1
+
+
+def _same(a, b) -> bool:
+    """Two sizes known equal (ints, or the very same symbolic expression)."""
+    if is_static(a) and is_static(b):
+        return a == b
+    return a is b or (isinstance(a, PrimExpr) and isinstance(b, PrimExpr) and str(a) == str(b))
+
+
+@converter("aten.view", "aten._unsafe_view", "aten.reshape")
+def view(ctx: Ctx, node, args, kwargs):
+    x, dims = args[0], sizes(args[1])
+    if len(dims) == ndim(x) and all(_same(a, b) for a, b in zip(dims, shape(x))):
+        return x
+    return ctx.op("reshape", x, shape=tuple(dims))
+
+
+@converter("aten.permute")
+def permute(ctx: Ctx, node, args, kwargs):
+    x, axes = args[0], [norm_axis(int(a), ndim(args[0])) for a in args[1]]
+    if axes == list(range(ndim(x))):
+        return x
+    y = ctx.op("permute_dims", x, axes=tuple(axes))
+    if axes == [1, 0]:
+        ctx.transposed[y] = x      # x @ W.T: mm/addmm use linear on W itself
+    return y
+
+
+@converter("aten.t")
+def t(ctx, node, args, kwargs):
+    return permute(ctx, node, [args[0], [1, 0] if ndim(args[0]) == 2 else [0]], {})
+
+
+@converter("aten.transpose")
+def transpose(ctx, node, args, kwargs):
+    x = args[0]
+    n = ndim(x)
+    axes = list(range(n))
+    i, j = norm_axis(int(args[1]), n), norm_axis(int(args[2]), n)
+    axes[i], axes[j] = axes[j], axes[i]
+    return permute(ctx, node, [x, axes], {})
+
+
+@converter("aten.expand")
+def expand(ctx: Ctx, node, args, kwargs):
+    x, dims = args[0], sizes(args[1])
+    have = shape(x)
+    lead = len(dims) - len(have)
+    out = [h if (is_static(d) and d == -1) else d for d, h in zip(dims, [None] * lead + have)]
+    if lead == 0 and all(_same(a, b) for a, b in zip(out, have)):
+        return x
+    return ctx.op("broadcast_to", x, shape=tuple(out))
+
+
+@converter("aten.slice")
+def slice_(ctx: Ctx, node, args, kwargs):
+    x = args[0]
+    axis = norm_axis(int(args[1]) if len(args) > 1 else 0, ndim(x))
+    start = args[2] if len(args) > 2 and args[2] is not None else 0
+    end = args[3] if len(args) > 3 and args[3] is not None else _END
+    step = int(args[4]) if len(args) > 4 else 1
+    n = shape(x)[axis]
+    if step == 1 and is_static(start) and start == 0 and (_same(end, n) or (is_static(end) and end >= _END // 2)
+                                                            or (is_static(end) and is_static(n) and end >= n)):
+        return x
+    if isinstance(start, PrimExpr) or isinstance(end, PrimExpr):
+        raise Unsupported(f"slicing at a symbolic position ({start}:{end}) is not supported")
+    return ctx.op("strided_slice", x, begin=(int(start),), end=(int(end),), strides=(step,), axes=(axis,))
+
+
+@converter("aten.select")
+def select(ctx: Ctx, node, args, kwargs):
+    x, axis, index = args[0], norm_axis(int(args[1]), ndim(args[0])), args[2]
+    if isinstance(index, PrimExpr):
+        raise Unsupported("selecting at a symbolic index is not supported")
+    return ctx.op("take", x, ctx.const(int(index), "int64"), axis=axis)
+
+
+@converter("aten.cat", "aten.concat")
+def cat(ctx: Ctx, node, args, kwargs):
+    xs = [ctx.cast(x, ctx.out_dtype()) for x in args[0]]
+    axis = args[1] if len(args) > 1 else kwargs.get("dim", 0)
+    # torch's legacy rule: 1-D empty tensors are skipped
+    xs = [x for x in xs if not (ndim(x) == 1 and shape(x) == [0])] or xs[:1]
+    if len(xs) == 1:
+        return xs[0]
+    return ctx.op("concat", *xs, axis=norm_axis(int(axis), ndim(xs[0])))
+
+
+def _split(ctx, x, cuts, axis):
+    return tuple(ctx.op("split", x, indices_or_sections=tuple(cuts), axis=axis))
+
+
+@converter("aten.split_with_sizes")
+def split_with_sizes(ctx: Ctx, node, args, kwargs):
+    x, parts = args[0], [int(p) for p in args[1]]
+    axis = norm_axis(int(args[2]) if len(args) > 2 else kwargs.get("dim", 0), ndim(x))
+    return _split(ctx, x, list(np.cumsum(parts)[:-1].tolist()), axis)
+
+
+@converter("aten.split")
+def split(ctx: Ctx, node, args, kwargs):
+    x, size = args[0], args[1]
+    axis = norm_axis(int(args[2]) if len(args) > 2 else kwargs.get("dim", 0), ndim(x))
+    if isinstance(size, (list, tuple)):
+        return split_with_sizes(ctx, node, [x, size, axis], {})
+    n = shape(x)[axis]
+    if not is_static(n):
+        raise Unsupported("splitting a symbolic dim into chunks is not supported")
+    return _split(ctx, x, list(range(int(size), n, int(size))), axis)
+
+
+@converter("aten.unbind")
+def unbind(ctx: Ctx, node, args, kwargs):
+    x = args[0]
+    axis = norm_axis(int(args[1]) if len(args) > 1 else 0, ndim(x))
+    n = shape(x)[axis]
+    return tuple(ctx.op("take", x, ctx.const(i, "int64"), axis=axis) for i in range(n))
+
+
+@converter("aten.unsqueeze")
+def unsqueeze(ctx: Ctx, node, args, kwargs):
+    x = args[0]
+    return ctx.op("expand_dims", x, axis=norm_axis(int(args[1]), ndim(x) + 1))
+
+
+@converter("aten.squeeze")
+def squeeze(ctx: Ctx, node, args, kwargs):
+    x = args[0]
+    n = ndim(x)
+    dims = args[1] if len(args) > 1 else kwargs.get("dim")
+    if dims is None:
+        return ctx.op("squeeze", x)
+    dims = [dims] if isinstance(dims, int) else list(dims)
+    # torch leaves a dim that is not 1 alone
+    keep = tuple(norm_axis(int(d), n) for d in dims if is_static(shape(x)[norm_axis(int(d), n)])
+                 and shape(x)[norm_axis(int(d), n)] == 1)
+    return ctx.op("squeeze", x, axis=keep) if keep else x
+
+
+@converter("aten.index_select")
+def index_select(ctx: Ctx, node, args, kwargs):
+    x, axis, idx = args
+    return ctx.op("take", x, idx, axis=norm_axis(int(axis), ndim(x)))
+
+
+@converter("aten.index")
+def index(ctx: Ctx, node, args, kwargs):
+    """x[i0, i1, ...] with index tensors on consecutive leading positions (None skips a dim)."""
+    x, indices = args[0], list(args[1])
+    pos = [i for i, t in enumerate(indices) if t is not None]
+    if not pos:
+        return x
+    if pos != list(range(pos[0], pos[-1] + 1)):
+        raise Unsupported("index tensors on non-adjacent dims are not supported")
+    idx = [indices[i] for i in pos]
+    if any(i.ty.dtype == "bool" for i in idx):
+        raise Unsupported("boolean-mask indexing is not supported (its result size depends on the data)")
+    first = pos[0]
+    if len(idx) == 1:
+        return ctx.op("take", x, idx[0], axis=first)
+    # several index tensors: one linear index into the indexed dims flattened together
+    xs = shape(x)
+    dims = xs[first:first + len(idx)]
+    if not all(is_static(d) for d in dims):
+        raise Unsupported("indexing several symbolic dims at once is not supported")
+    lin = None
+    for i, d in zip(idx, dims):
+        i = ctx.cast(i, "int64")
+        i = ctx.op("where", ctx.op("less", i, ctx.const(0, "int64")), ctx.op("add", i, ctx.const(d, "int64")), i)
+        lin = i if lin is None else ctx.op("add", ctx.op("multiply", lin, ctx.const(d, "int64")), i)
+    flat = ctx.op("reshape", x, shape=tuple(xs[:first]) + (int(np.prod(dims)),) + tuple(xs[first + len(idx):]))
+    return ctx.op("take", flat, lin, axis=first)
+
+
+@converter("aten.repeat")
+def repeat(ctx: Ctx, node, args, kwargs):
+    x, reps = args[0], [int(r) for r in args[1]]
+    xs = [1] * (len(reps) - ndim(x)) + shape(x)
+    x = ctx.op("reshape", x, shape=tuple(xs)) if len(xs) != ndim(x) else x
+    inter = []
+    for r, d in zip(reps, xs):
+        inter += [1, d]
+    y = ctx.op("reshape", x, shape=tuple(inter))
+    target = []
+    for r, d in zip(reps, xs):
+        target += [r, d]
+    y = ctx.op("broadcast_to", y, shape=tuple(target))
+    return ctx.op("reshape", y, shape=tuple(r * d for r, d in zip(reps, xs)))
