@@ -70,6 +70,9 @@ def test_candidates_are_built_and_timed_on_the_workers(cluster, task):
             [r.message for r in results]
         assert "SIGSEGV" in results[0].message
         assert 0 < results[1].min_s <= results[1].median_s
+        # every run of one kernel on one worker: its candidates compare on one machine
+        pinned = ex.runner_of(task, sorted(workers))
+        assert {r.extra["run_on"] for r in [ref] + results if "run_on" in r.extra} == {pinned}
     # the crash killed a throwaway process, not a Dask worker
     assert set(cluster.scheduler_info["workers"]) == workers
 
@@ -96,6 +99,9 @@ def test_kiln_tune_through_the_cluster(cluster, tmp_path):
     records = Database(db).records()
     assert len({str(sorted(r["decisions"].items())) for r in records}) == 3
     assert records[0]["status"] == "ok" and all(r["threads"] == 1 for r in records)
+    ok = [r for r in records if r["status"] == "ok"]
+    assert len({r["worker"] for r in ok}) == 1
+    assert ok[0]["worker"] in cluster.scheduler_info["workers"]
     # a scheduler nobody listens on is a clear error, not a hang
     proc = subprocess.run([sys.executable, "-m", "kiln.cli", "tune", str(model), "--db",
                            str(db), "--trials", "4", "-q", "--scheduler", "tcp://127.0.0.1:9"],

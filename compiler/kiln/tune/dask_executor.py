@@ -20,7 +20,9 @@ after the target's fingerprint (``Machine.key()``, the key records are looked up
 target ``T``.) Builds go to any worker of the candidate's target (all its threads build in
 parallel); a run needs one unit of the resource, so each worker (give it one unit, and run one
 such worker per machine) times one candidate at a time, and a batch's builds all finish before
-its runs start, as ``LocalExecutor`` does, so builds never disturb timings. Workers of other
+its runs start, as ``LocalExecutor`` does, so builds never disturb timings. Every run of one
+kernel goes to the same worker (``runner_of``), so its candidates are compared on one machine;
+different kernels spread over the workers. Workers of other
 targets on the same cluster are never sent another target's candidates; when no worker offers
 the target, ``measure`` raises ``NoWorkerError`` (naming the resource) instead of waiting
 forever.
@@ -204,6 +206,13 @@ class DaskExecutor(Executor):
                 f"(python -m kiln.tune.dask_executor prints it on the target machine)")
         return found
 
+    @staticmethod
+    def runner_of(task, workers: Sequence[str]) -> str:
+        """The worker that times every candidate of ``task``, among ``workers`` (a stable
+        pick by its workload): a kernel's candidates, its default included, are compared on
+        one machine, never across machines (builds still use every worker)."""
+        return sorted(workers)[int(task.workload[:8], 16) % len(workers)]
+
     @property
     def slots(self) -> int:
         info = self.client.scheduler_info(n_workers=-1)["workers"]
@@ -235,7 +244,8 @@ class DaskExecutor(Executor):
                 continue
             f = self.client.submit(run_job, fut, run_args(m, opts), run_timeout,
                                    resources={target_resource(m.task.target_key): 1},
-                                   pure=False)
+                                   workers=[self.runner_of(m.task, where[m.task.target_key])],
+                                   allow_other_workers=False, pure=False)
             runs[f] = i
         for i, res in enumerate(results):      # failed builds are known now
             if res is not None and on_result is not None:

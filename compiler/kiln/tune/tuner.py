@@ -231,7 +231,8 @@ def tune(mod, target="llvm", db="tuning.jsonl", trials: Optional[int] = None,
         rec = make_record(t.workload, t.target_key, t.threads, t.name, decisions, res.status,
                           res.message, res.median_s, res.min_s, rules=t.rules, ops=t.ops,
                           target_str=t.target, build_s=round(res.build_s, 3),
-                          run_s=round(res.run_s, 3))
+                          run_s=round(res.run_s, 3),
+                          **({"worker": res.extra["run_on"]} if res.extra.get("run_on") else {}))
         if new or again:
             database.append(rec)
             state.records.append(rec)
