@@ -21,6 +21,7 @@ the sdist giving the same wheel).
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import io
 import json
@@ -203,9 +204,22 @@ def _build_wheel(src: pathlib.Path, out: pathlib.Path) -> pathlib.Path:
 
 @pytest.fixture(scope="session")
 def wheel(tmp_path_factory):
-    """The wheel built from a copy of the working tree's sources."""
-    base = tmp_path_factory.mktemp("wheel")
-    return _build_wheel(_copy_sources(base / "src"), base / "dist")
+    """The wheel built from a copy of the working tree's sources: once per test session, shared
+    by the xdist workers (the first builds it under a lock in their common temp dir)."""
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        shared = shared.parent   # every xdist worker's basetemp lies in the session's
+    base = shared / "kiln-wheel"
+    with open(shared / "kiln-wheel.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            built = list((base / "dist").glob("kiln-*.whl"))
+            if built:
+                return built[0]
+            shutil.rmtree(base, ignore_errors=True)   # a build that failed half way
+            return _build_wheel(_copy_sources(base / "src"), base / "dist")
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 class Env:
