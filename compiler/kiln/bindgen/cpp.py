@@ -104,7 +104,7 @@ def generate_cpp(name: str, sigs: List[FunctionSig], static: bool = False) -> st
   }}
 """ if static else ""
     return f"""// {name}.hpp: typed C++ bindings of the Kiln model "{name}" (kiln.bindgen). Generated; do not
-// edit. Needs kiln.hpp (bindings/cpp) and {name}_bindings.h on the include path.
+// edit. Needs kiln.hpp and {name}_bindings.h on the include path (`kiln config --cflags`).
 #ifndef {guard}
 #define {guard}
 
