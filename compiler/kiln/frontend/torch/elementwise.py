@@ -14,7 +14,7 @@ _UNARY = {"aten.relu": "relu", "aten.sigmoid": "sigmoid", "aten.tanh": "tanh", "
           "aten.log": "log", "aten.sqrt": "sqrt", "aten.rsqrt": "rsqrt", "aten.neg": "neg",
           "aten.abs": "abs", "aten.erf": "erf", "aten.sin": "sin", "aten.cos": "cos",
           "aten.floor": "floor", "aten.ceil": "ceil", "aten.round": "round", "aten.silu": "silu",
-          "aten.logical_not": "logical_not"}
+          "aten.logical_not": "logical_not", "aten.bitwise_not": "logical_not"}
 
 _BINARY = {"aten.add": "add", "aten.sub": "subtract", "aten.mul": "multiply",
            "aten.maximum": "maximum", "aten.minimum": "minimum",
@@ -28,6 +28,8 @@ _COMPARE = {"aten.eq": "equal", "aten.ne": "not_equal", "aten.lt": "less", "aten
 def _unary(kop):
     def conv(ctx: Ctx, node, args, kwargs):
         x = args[0]
+        if kop == "logical_not" and x.ty.dtype != "bool":
+            raise Unsupported(f"not of a {x.ty.dtype} tensor is not supported (bool only)")
         if kop in ("sigmoid", "tanh", "exp", "log", "sqrt", "rsqrt", "erf", "sin", "cos", "silu"):
             x = ctx.cast(x, ctx.out_dtype())        # torch computes these on ints as floats
         return ctx.op(kop, x)

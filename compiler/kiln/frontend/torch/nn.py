@@ -84,6 +84,25 @@ def batch_norm(ctx: Ctx, node, args, kwargs):
     return y, NotComputed("the batch-norm mean"), NotComputed("the batch-norm variance")
 
 
+@converter("aten._native_batch_norm_legit.no_stats")
+def batch_norm_batch_stats(ctx: Ctx, node, args, kwargs):
+    """Normalisation by the batch's own statistics per channel (what instance_norm exports as:
+    a batch norm with no running statistics over (1, N*C, ...))."""
+    x, w, b, _training, _momentum, eps = args
+    d = x.ty.dtype
+    axes = tuple(i for i in range(ndim(x)) if i != 1)
+    m = ctx.op("mean", x, axis=axes, keepdims=True)
+    dev = ctx.op("subtract", x, m)
+    var = ctx.op("mean", ctx.op("multiply", dev, dev), axis=axes, keepdims=True)
+    y = ctx.op("multiply", dev, ctx.op("rsqrt", ctx.op("add", var, ctx.const(float(eps), d))))
+    bshape = (1, -1) + (1,) * (ndim(x) - 2)
+    if w is not None:
+        y = ctx.op("multiply", y, ctx.op("reshape", w, shape=bshape))
+    if b is not None:
+        y = ctx.op("add", y, ctx.op("reshape", b, shape=bshape))
+    return y, NotComputed("the batch mean"), NotComputed("the batch rstd")
+
+
 @converter("aten._native_batch_norm_legit", "aten.native_batch_norm", "aten._native_batch_norm_legit_functional")
 def batch_norm_training(ctx, node, args, kwargs):
     raise Unsupported("batch norm in training mode (call model.eval() before torch.export.export)")
