@@ -109,3 +109,40 @@ def test_space_proposes_new_legal_candidates_until_exhausted():
     child.default()
     m = child.mutate(base)
     assert m != base
+
+
+def test_the_search_is_seeded_with_the_best_of_other_kernels_of_the_same_operators(tmp_path):
+    import kiln
+    from kiln.tune import Database
+    from kiln.tune.database import make_record
+    from kiln.tune.tuner import transfer_seeds
+    from tune_helpers import matmul_graph_module
+    other_mod, _ = matmul_graph_module(m=16, k=64, n=64)
+    (other,), _ = extract_tasks(other_mod, "llvm", threads=1)
+    mod, _ = matmul_graph_module(m=64, k=32, n=64)
+    (task,), _ = extract_tasks(mod, "llvm", threads=1)
+    assert other.workload != task.workload and other.ops == task.ops
+    # the other kernel's best: a non-default candidate, valid for it, that replays on this
+    # kernel (values that are not options here fall back to the default) to one that differs
+    # from this kernel's default in two decisions (so no single mutation makes it)
+    space, mine_default = Space(other, seed=5), Space(task).default()
+
+    def replayed(c):
+        d = Decisions(fixed=c)
+        schedule_kernel(task.func, task.ctx, d)
+        return d.made
+    best = next(c for c in (space.random() for _ in range(200))
+                if c != space.default()
+                and sum(replayed(c)[k] != v for k, v in mine_default.items()) >= 2)
+    db = Database(tmp_path / "db.jsonl")
+    for decisions, t in ((space.default(), 2e-6), (best, 1e-6)):
+        db.append(make_record(*other.key, other.name, decisions, "ok", median_s=t, min_s=t,
+                              ops=other.ops))
+    assert transfer_seeds(db.records(), task) == [best]
+    assert transfer_seeds(db.records(), other) == []          # not its own records
+    want = replayed(best)
+    report = kiln.tune(mod, db=db.path, trials=2, num_threads=1, batch=1, progress=False,
+                       confirm=False, check_model=False, cost_model=False)
+    mine = [r for r in db.records() if r["workload"] == task.workload]
+    assert report.kernels[0].new == 2 and len(mine) == 2
+    assert mine[0]["decisions"] == mine_default and mine[1]["decisions"] == want

@@ -1,5 +1,6 @@
-"""Candidates for one task: the default decisions, random samples, and evolution (mutate one
-decision of a good candidate, cross two over), ranked by a cost model when there is one
+"""Candidates for one task: the default decisions, seeds (``add_seeds``: the best decisions of
+other kernels of the same operators in the database), random samples, and evolution (mutate
+one decision of a good candidate, cross two over), ranked by a cost model when there is one
 (``cost_model.py``: among a pool of offspring, the one predicted fastest is proposed).
 
 Every candidate is made by running the task's schedule rule with a sampler
@@ -42,6 +43,7 @@ class Space:
         self.exhausted = False
         self._default: Optional[Candidate] = None
         self.options: Dict[str, List[Any]] = {}
+        self.seeds: List[Candidate] = []
 
     def _run(self, sampler: Optional[Callable[[str, Sequence[Any], Any], Any]]) -> Candidate:
         d = Decisions(sampler=sampler)
@@ -85,6 +87,20 @@ class Space:
         for c in candidates:
             self.seen.add(decisions_key(c))
 
+    def add_seeds(self, candidates: Iterable[Candidate]) -> int:
+        """Queue candidates to propose first (e.g. the best decisions of other kernels of the
+        same operators in the database): each is replayed on this kernel's rule
+        (``Decisions(fixed=...)``), so a value that is not an option here falls back to the
+        default and every seed is legal. Returns how many new ones were queued."""
+        before = len(self.seeds)
+        for c in candidates:
+            d = Decisions(fixed=c)
+            schedule_kernel(self.task.func, self.task.ctx, d)
+            k = decisions_key(d.made)
+            if k not in self.seen and all(decisions_key(x) != k for x in self.seeds):
+                self.seeds.append(dict(d.made))
+        return len(self.seeds) - before
+
     def random(self) -> Candidate:
         return self._run(lambda name, options, default: self.rng.choice(list(options)))
 
@@ -119,7 +135,8 @@ class Space:
 
     def propose(self, n: int, parents: Sequence[Tuple[Candidate, float]] = (),
                 attempts: int = 20) -> List[Candidate]:
-        """Up to ``n`` candidates not seen before: with probability ``explore`` (or when
+        """Up to ``n`` candidates not seen before: the queued seeds first, then with
+        probability ``explore`` (or when
         there are no parents) a random sample, else a mutation of one of the better
         ``parents`` (``(decisions, seconds)``; tournament of two) or, now and then, a
         crossover of two; with a trained cost model, the offspring predicted fastest of a
@@ -128,7 +145,12 @@ class Space:
         ranked = sorted(parents, key=lambda p: p[1])
         use_model = self.model is not None and self.model.trained
         out: List[Candidate] = []
-        for _ in range(n):
+        while self.seeds and len(out) < n:          # seeds first (``add_seeds``)
+            c = self.seeds.pop(0)
+            if decisions_key(c) not in self.seen:
+                self.seen.add(decisions_key(c))
+                out.append(c)
+        for _ in range(n - len(out)):
             explore = not ranked or self.rng.random() < self.explore
             want = 1 if explore or not use_model else self.pool
             pool: Dict[str, Candidate] = {}

@@ -2,7 +2,8 @@
 
 For each task (``tasks.extract_tasks``), the default decisions are measured first (the
 baseline; its outputs are the reference every other candidate must match), then candidates
-from ``search.Space`` in small batches. Which task gets the next batch is the one with the
+from ``search.Space`` in small batches, the first of them seeded from the database (the best
+decisions of other kernels of the same operators, ``transfer_seeds``). Which task gets the next batch is the one with the
 largest expected gain: calls per model run x its best time x its remaining headroom (the
 headroom shrinks with each batch that brings no improvement). A task stops at ``trials``
 records in the database for its key (earlier runs count: running the same command again
@@ -21,8 +22,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-from .database import (ANY_RULES, Database, best_of, candidate_time, decisions_key,
-                       make_record, ranking, record_time)
+from .database import (Database, best_of, candidate_time, decisions_key, make_record,
+                       ranking, record_time)
 from .measure import Executor, LocalExecutor, MeasureInput, MeasureOptions, MeasureResult
 from .cost_model import CostModel, available
 from .search import Space
@@ -139,10 +140,13 @@ class _TaskState:
         self.space = Space(task, seed=seed, model=CostModel(seed=seed) if model else None)
         self.report = KernelReport(task.name, task.ops, task.calls, task.workload)
         self.trials = trials
-        every = db.query(*task.key, rules=ANY_RULES)
+        everything = db.records()
+        every = [r for r in everything
+                 if (r["workload"], r["target"], r["threads"]) == task.key]
         self.records = [r for r in every if r.get("rules") == task.rules]
         self.report.stale = len(every) - len(self.records)
         self.space.mark_seen(r["decisions"] for r in self.records)
+        self.space.add_seeds(transfer_seeds(everything, task))
         self.reference = None
         self.baseline_wall: Optional[float] = None
         self.stale_batches = 0
@@ -171,6 +175,21 @@ class _TaskState:
         r = self.report
         t = r.best_s or r.default_s or 0.0
         return r.calls * t * (0.5 ** self.stale_batches)
+
+
+def transfer_seeds(records, task: Task, limit: int = 8) -> List[Dict[str, Any]]:
+    """The best decisions of up to ``limit`` other kernels of the same operators (``ops``),
+    target, thread count and rules among ``records``, most recent first: what worked for a
+    matmul of another shape is worth trying on this one (seeding from the database)."""
+    groups: Dict[str, List[Dict[str, Any]]] = {}
+    for r in records:
+        if (r.get("status") == "ok" and r.get("ops") == task.ops
+                and r["workload"] != task.workload and r["target"] == task.target_key
+                and r["threads"] == task.threads and r.get("rules") == task.rules):
+            groups.setdefault(r["workload"], []).append(r)
+    bests = [b for b in (best_of(g) for g in groups.values()) if b is not None]
+    bests.sort(key=lambda b: -b.get("time", 0.0))
+    return [dict(b["decisions"]) for b in bests[:limit]]
 
 
 def tune(mod, target="llvm", db="tuning.jsonl", trials: Optional[int] = None,
