@@ -4,14 +4,14 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 
-.PHONY: all build runtime example deploy-examples java wheel test test-fast bench clean
+.PHONY: all build runtime cross example deploy-examples java wheel test test-fast bench clean
 
 all: example
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e ".[test]"
+	$(PY) -m pip install -q -e ".[test,cross]"
 	# Real ONNX test models ship inside this wheel; its own dependencies (opencv, ...) are not
 	# needed to read the .onnx files, so they are not installed.
 	$(PY) -m pip install -q --no-deps rapidocr-onnxruntime==1.4.4
@@ -23,6 +23,21 @@ runtime: $(VENV)/.installed
 	$(PY) runtime_c/build_ffi.py
 
 build: runtime
+
+# Running models built for aarch64, armv7 and riscv64 (tests/cross, `kiln run`): Debian's
+# qemu-user and the targets' C libraries (libc6-*-cross, the dynamic loader and libc that a
+# foreign program needs). Installed when missing and apt-get can (as root); otherwise this says
+# what is missing and tests/cross skip naming it. The cross compiler is zig cc (.[cross]).
+CROSS_DEBS := qemu-user libc6-arm64-cross libc6-armhf-cross libc6-riscv64-cross
+cross:
+	@command -v dpkg >/dev/null || { echo "cross: no dpkg; install qemu-user and the targets' C libraries by hand"; exit 0; }; \
+	missing=""; for p in $(CROSS_DEBS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "cross: installing$$missing"; \
+	  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing) >/dev/null 2>&1 \
+	    || echo "cross: could not install$$missing; tests/cross will skip"; \
+	else echo "cross: missing$$missing (apt-get install$$missing); tests/cross will skip"; fi
 
 example: build
 	$(PY) examples/quickstart.py
@@ -52,13 +67,13 @@ wheel: $(VENV)/.installed
 # runs it in one process). pytest's own exit status is make's: a run that collects no test
 # (exit 5) fails, since a suite that tests nothing must not pass.
 PYTEST_XDIST := -n logical --dist worksteal
-test: build
+test: build cross
 	$(PY) -m pytest $(PYTEST_XDIST) $(PYTEST_ARGS)
 
 # The same without the tests marked slow. Exit 5 then also means "every test selected by
 # PYTEST_ARGS is slow" (e.g. PYTEST_ARGS=tests/packaging), which is not a failure; it passes
 # only when the same selection without -m collects some test, so an empty suite still fails.
-test-fast: build
+test-fast: build cross
 	$(PY) -m pytest $(PYTEST_XDIST) -m "not slow" $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ] && $(PY) -m pytest --collect-only -q $(PYTEST_ARGS) >/dev/null 2>&1; then \
 	    echo "test-fast: every selected test is marked slow; none run"; exit 0; fi; exit $$rc

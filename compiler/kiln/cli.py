@@ -344,12 +344,19 @@ def cmd_run(args) -> int:
     fn = _function(spec, args.function)
     inputs = _inputs(fn, dict(args.input or []), args.random, args.seed, dict(args.shape or []))
     import kiln
-    vm = _vm(args.library)
-    try:
-        out = vm[fn.name](*inputs)
-    except kiln.KilnError as e:
-        raise CLIError(str(e)) from None
-    outs = [o.numpy() for o in (out if isinstance(out, tuple) else (out,))]
+    from .executable.foreign import ForeignRunError, library_triple, run_foreign
+    if library_triple(args.library):   # another CPU's library: its runner, under qemu-user
+        try:
+            outs = run_foreign(args.library, fn.name, inputs)
+        except ForeignRunError as e:
+            raise CLIError(str(e)) from None
+    else:
+        vm = _vm(args.library)
+        try:
+            out = vm[fn.name](*inputs)
+        except kiln.KilnError as e:
+            raise CLIError(str(e)) from None
+        outs = [o.numpy() for o in (out if isinstance(out, tuple) else (out,))]
     for i, o in enumerate(outs):
         flat = o.reshape(-1)
         head = np.array2string(flat[:8], precision=5, separator=", ")

@@ -30,7 +30,7 @@ from . import objcompile
 from .abi import ENTRY_FN, KernelInfo, emit_library_info, kernel_symbol, lower_kernel
 from .errors import CodegenError
 from .lower import ModuleContext
-from .target import Target, parse_target
+from .target import Target, llvm_triple, parse_target
 
 # Bump when the generated code changes for the same input, so cached libraries are rebuilt.
 CODEGEN_VERSION = "2"
@@ -106,7 +106,7 @@ _DATA_LAYOUTS: Dict[str, str] = {}
 
 def _new_module(name: str, target: Target) -> ir.Module:
     module = ir.Module(name=name)
-    module.triple = target.triple
+    module.triple = llvm_triple(target.triple)
     key = str(target)
     if key not in _DATA_LAYOUTS:
         _DATA_LAYOUTS[key] = str(target.create_target_machine().target_data)
@@ -279,6 +279,11 @@ class _KernelQueue:
             err.close()
 
 
+def _cross_cc(target: Target) -> List[str]:
+    from .toolchain import cross_cc
+    return cross_cc(target.triple)
+
+
 def build_library(mod, target="llvm", options: Optional[BuildOptions] = None, *,
                   extra_objects: Optional[Callable[[Target, str], List[str]]] = None,
                   extra_key: str = "", allow_empty: bool = False, lower: bool = False) -> str:
@@ -288,7 +293,8 @@ def build_library(mod, target="llvm", options: Optional[BuildOptions] = None, *,
     the target and the codegen version, and the library under the hash of all of them: a hit
     skips LLVM entirely, and a module that changed in one kernel recompiles only that one.
     With ``lower``, each PrimFunc first goes through ``kiln.lower.lower_prim_func`` (as part
-    of its job, so in parallel too). Only targets this machine can link for are accepted.
+    of its job, so in parallel too). A foreign triple (aarch64, armv7, riscv64) is linked with
+    its cross toolchain (``kiln.codegen.toolchain.cross_cc``: system cross gcc or zig cc).
 
     ``extra_objects(target, directory)`` writes more object files into ``directory`` and
     returns their paths, to link in; it is called only on a cache miss, so ``extra_key`` must
@@ -298,10 +304,9 @@ def build_library(mod, target="llvm", options: Optional[BuildOptions] = None, *,
     from .worker import KernelJob, key_of
     options = options or BuildOptions()
     target = parse_target(target)
-    if not target.linkable:
-        raise CodegenError(f"cannot link a library for {target.triple} on this machine; use "
-                           "compile_module(mod, target).save_object(path) and link the object "
-                           "with that platform's toolchain")
+    # A foreign triple links with its cross toolchain (kiln.codegen.toolchain); this raises,
+    # naming what to install, before any kernel is compiled when there is none.
+    link_cc = [options.cc] if target.linkable else _cross_cc(target)
     mod = as_module(mod)
     os.makedirs(options.cache_dir, exist_ok=True)
     objects_dir = os.path.join(options.cache_dir, "objects")
@@ -338,8 +343,8 @@ def build_library(mod, target="llvm", options: Optional[BuildOptions] = None, *,
         objs = [os.path.join(objects_dir, f"{k}.o") for k in keys]
         objs += list(extra_objects(target, tmp) if extra_objects else [])
         out = os.path.join(tmp, "kernels.so")
-        cmd = [options.cc, "-shared", "-fPIC", "-o", out, *objs, "-lm"]
-        if shutil.which(options.cc) is None:
+        cmd = [*link_cc, "-shared", "-fPIC", "-o", out, *objs, "-lm"]
+        if target.linkable and shutil.which(options.cc) is None:
             tried = ", ".join(CC_CANDIDATES) if options.cc in CC_CANDIDATES else repr(options.cc)
             raise CodegenError(f"no C compiler to link the kernel library: {tried} not found on "
                                "PATH. Install one (gcc or clang, e.g. `apt install gcc`), or name "

@@ -17,6 +17,7 @@ so stack buffers are promotable by SROA/mem2reg and heap buffers are allocated o
 from __future__ import annotations
 
 import math
+import re
 from typing import Dict, List, Optional
 
 from llvmlite import ir
@@ -308,7 +309,11 @@ class FuncLowerer(ExprLowerer):
         # aligned_alloc wants a multiple of the alignment, and never 0 (which may give NULL).
         nbytes = b.and_(b.add(nbytes, cg.I64(ALIGN - 1)), cg.I64(-ALIGN))
         nbytes = b.select(b.icmp_signed("==", nbytes, cg.I64(0)), cg.I64(ALIGN), nbytes)
-        return b.call(_libc(b.module, "aligned_alloc"), [cg.I64(ALIGN), nbytes], name=buf.name)
+        size_t = _size_t(b.module)
+        if size_t is not cg.I64:   # 32-bit targets (armv7): size_t is i32 in the C ABI
+            nbytes = b.trunc(nbytes, size_t)
+        return b.call(_libc(b.module, "aligned_alloc"), [ir.Constant(size_t, ALIGN), nbytes],
+                      name=buf.name)
 
     # ---- parallel loops -------------------------------------------------------------------
     def _parallel(self, s: For) -> None:
@@ -368,8 +373,15 @@ def _captures(s: For, fl: FuncLowerer):
     return list(vars_), outer_bufs
 
 
+def _size_t(module: ir.Module) -> ir.Type:
+    """C's size_t on the module's target: i32 where pointers are 32 bits (its data layout says
+    "p:32:..."), else i64."""
+    return cg.I32 if re.search(r"(^|-)p:32:", module.data_layout or "") else cg.I64
+
+
 def _libc(module: ir.Module, name: str) -> ir.Function:
-    sig = {"free": (ir.VoidType(), [cg.PTR]), "aligned_alloc": (cg.PTR, [cg.I64, cg.I64])}[name]
+    size_t = _size_t(module)
+    sig = {"free": (ir.VoidType(), [cg.PTR]), "aligned_alloc": (cg.PTR, [size_t, size_t])}[name]
     fn = cg.declare(module, name, *sig)
     if name == "aligned_alloc":
         fn.return_value.add_attribute("noalias")

@@ -18,7 +18,9 @@ def init_llvm() -> None:
 def target_machine(triple: str, cpu: str, features: str, opt: int = 3):
     """An llvmlite TargetMachine (position independent code). Raises RuntimeError for a
     triple LLVM has no backend for."""
+    from .target import llvm_triple
     init_llvm()
+    triple = llvm_triple(triple)
     t = llvm.Target.from_triple(triple)
     return t.create_target_machine(cpu=cpu or "generic", features=features, opt=opt,
                                    reloc="pic", codemodel="default")

@@ -8,6 +8,11 @@ Accepted spellings::
     "llvm -mcpu=znver3 -mattr=+avx2,-fma"   ... with features switched on/off
     "llvm -mtriple=aarch64-linux-gnu"       cross compilation (generic CPU unless -mcpu given)
     "aarch64-linux-gnu"                     the same, bare triple
+    "armv7-linux-gnueabihf"                 32-bit ARM, hard float, NEON on by default
+    "riscv64-linux-gnu -mattr=+v"           RV64GC (the Linux baseline) plus the vector extension
+
+Foreign triples are linked by ``kiln.codegen.toolchain`` (zig cc or a system cross gcc) and run
+under qemu-user (``kiln run``).
 
 >>> t = parse_target("llvm -mtriple=aarch64-linux-gnu")
 >>> t.triple, t.vector_bits
@@ -42,6 +47,13 @@ _X86_NO_FMA = {"sandybridge", "ivybridge", "btver2", "corei7-avx", "core-avx-i"}
 # flows fail here, naming the target, until a GPU backend exists).
 _GPU_KINDS = {"cuda": "CUDA", "nvptx": "CUDA (NVPTX)", "rocm": "ROCm", "opencl": "OpenCL",
               "vulkan": "Vulkan", "metal": "Metal", "webgpu": "WebGPU"}
+
+# Features every CPU of a triple family has on the Linux ABI that triple names, put before the
+# user's -mattr (so "-mattr=-neon" still wins): RV64GC is what riscv64 Linux distributions
+# require, and its "d" selects the lp64d hard-float ABI that their C libraries use (without it
+# LLVM emits soft-float objects that no linker joins with the C library); ARMv7 hard-float
+# Linux boards have NEON (Cortex-A7/A8/A9/A15/A17), which the issue's targets assume.
+_BASELINE_FEATURES = {"riscv64": "+m,+a,+f,+d,+c", "armv7": "+neon"}
 
 _USAGE = ("expected 'llvm [-mtriple=TRIPLE] [-mcpu=NAME] [-mattr=+a,-b]' or a target triple "
           "such as 'aarch64-linux-gnu'")
@@ -106,6 +118,20 @@ class Target:
             raise CodegenError(f"unknown target triple {self.triple!r}: {e}") from None
 
 
+_OS_NAMES = ("linux", "none", "windows", "darwin", "macos", "freebsd", "android")
+
+
+def llvm_triple(triple: str) -> str:
+    """``triple`` as LLVM parses it, with the vendor field filled in: LLVM reads a triple's
+    fields by position, so in "armv7-linux-gnueabihf" it would take "linux" for the vendor and
+    miss the hard-float environment (calls would pass floats in core registers, and glibc's
+    armhf loader refuses the library). "aarch64-linux-gnu" -> "aarch64-unknown-linux-gnu"."""
+    parts = triple.split("-")
+    if len(parts) == 3 and parts[1].lower().startswith(_OS_NAMES):
+        parts.insert(1, "unknown")
+    return "-".join(parts)
+
+
 def _init_llvm() -> None:
     init_llvm()
 
@@ -130,6 +156,8 @@ def _implied_features(t: Target) -> Dict[str, bool]:
             feats["avx512f"] = True
     elif t.arch in ("aarch64", "arm64", "aarch64_be"):
         feats.update(neon=True, fma=True)  # both mandatory in AArch64
+    elif t.arch.startswith("riscv"):
+        feats["fma"] = True   # fmadd.s is in F, which every Linux riscv64 has
     feats.update(_parse_features(t.features))
     if feats.get("avx512f"):
         feats.setdefault("avx", True)
@@ -210,5 +238,18 @@ def parse_target(spec) -> Target:
     except RuntimeError:
         raise CodegenError(f"unknown target triple {triple!r} in {spec!r}; LLVM has no backend "
                            f"for it ({_USAGE})") from None
+    given = _parse_features(attrs)
+    base = [f for f in _baseline_features(triple).split(",") if f and f[1:] not in given]
+    attrs = ",".join(filter(None, [*base, attrs]))
     t = Target(triple, cpu or "generic", attrs, 0)
     return Target(t.triple, t.cpu, t.features, _vector_bits(t))
+
+
+def _baseline_features(triple: str) -> str:
+    """The ``_BASELINE_FEATURES`` of ``triple``'s family ("" for the others)."""
+    arch = triple.split("-")[0].lower()
+    if arch.startswith("riscv64"):
+        return _BASELINE_FEATURES["riscv64"]
+    if arch.startswith(("armv7", "thumbv7")) and "hf" in triple.lower():
+        return _BASELINE_FEATURES["armv7"]
+    return ""

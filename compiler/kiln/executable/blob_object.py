@@ -1,8 +1,8 @@
 """The executable blob as an object file: two data symbols, the blob and its size, to link next
 to the kernels.
 
-For ELF targets of a 64-bit little-endian architecture that Kiln compiles for (x86-64 and
-AArch64 on Linux), the object is written here directly, streaming the blob's pieces (header,
+For ELF targets of a 64-bit little-endian architecture that Kiln compiles for (x86-64, AArch64
+and RISC-V 64 on Linux), the object is written here directly, streaming the blob's pieces (header,
 tables, then every constant straight from its array) into the file: no copy of the weights is
 ever made, whatever their size. The object has one ``.rodata`` section (64-byte aligned) holding
 the blob and, 8-byte aligned after it, its size as a u64; a symbol table naming both (global,
@@ -22,7 +22,10 @@ from typing import Callable, Optional
 import numpy as np
 
 # e_machine of the ELF targets written directly.
-_ELF_MACHINE = {"x86_64": 62, "aarch64": 183}
+_ELF_MACHINE = {"x86_64": 62, "aarch64": 183, "riscv64": 243}
+# e_flags per e_machine: RISC-V linkers refuse to join objects of different float ABIs, and
+# Linux riscv64 is lp64d (EF_RISCV_FLOAT_ABI_DOUBLE), as kiln.codegen.target's baseline.
+_ELF_FLAGS = {243: 0x4}
 
 
 def elf_machine(triple: str) -> Optional[int]:
@@ -80,7 +83,8 @@ def write_elf_object(write: Callable[[bytes], object], machine: int, size: int,
         shdr(5, SHT_STRTAB, 0, shstrtab_off, len(shstrtab)),
     ])
     ehdr = (b"\x7fELF" + bytes([2, 1, 1, 0]) + bytes(8)
-            + struct.pack("<HHIQQQIHHHHHH", 1, machine, 1, 0, 0, shdr_off, 0, EHDR, 0, 0,
+            + struct.pack("<HHIQQQIHHHHHH", 1, machine, 1, 0, 0, shdr_off,
+                          _ELF_FLAGS.get(machine, 0), EHDR, 0, 0,
                           SHDR, len(names), 5))
     write(ehdr)
     written = stream(write)

@@ -149,7 +149,11 @@ def _write_blob_object(spec: ExecutableSpec, size: int, pieces, target, path: st
 
 
 def read_blob(library_path: Union[str, os.PathLike]) -> bytes:
-    """The executable blob of a library built by ``compile`` (dlopen + the two symbols)."""
+    """The executable blob of a library built by ``compile`` (dlopen + the two symbols; for a
+    library of another CPU, read from its ELF file by ``kiln.executable.foreign``)."""
+    from .foreign import library_triple, read_blob_elf
+    if library_triple(library_path) is not None:
+        return read_blob_elf(library_path, BLOB_SYMBOL, BLOB_SIZE_SYMBOL)
     lib = ctypes.CDLL(os.fspath(library_path))
     try:
         n = ctypes.c_uint64.in_dll(lib, BLOB_SIZE_SYMBOL).value
