@@ -16,6 +16,36 @@
 
 #include "internal.h"
 
+/* The ELF machine this runtime runs on (0: unchecked on other hosts), and names of the machines
+ * an artifact is likely built for, so a library compiled for another CPU architecture is
+ * refused with a message naming both instead of dlopen's "cannot open shared object file". */
+#if defined(__x86_64__)
+#define KILN_HOST_MACHINE EM_X86_64
+#elif defined(__aarch64__)
+#define KILN_HOST_MACHINE EM_AARCH64
+#elif defined(__riscv) && defined(__LP64__)
+#define KILN_HOST_MACHINE EM_RISCV
+#elif defined(__arm__)
+#define KILN_HOST_MACHINE EM_ARM
+#elif defined(__i386__)
+#define KILN_HOST_MACHINE EM_386
+#else
+#define KILN_HOST_MACHINE 0
+#endif
+
+static const char* machine_name(unsigned machine) {
+  switch (machine) {
+    case EM_X86_64: return "x86-64";
+    case EM_AARCH64: return "AArch64";
+    case EM_RISCV: return "RISC-V";
+    case EM_ARM: return "ARM";
+    case EM_386: return "x86 (32-bit)";
+    case EM_PPC64: return "PowerPC64";
+    case EM_S390: return "s390";
+    default: return "an unknown machine";
+  }
+}
+
 /* a + b <= limit, without overflow */
 static int fits(uint64_t a, uint64_t b, uint64_t limit) { return a <= limit && b <= limit - a; }
 
@@ -48,6 +78,10 @@ static kiln_status_t check_headers(int fd, const char* path, uint64_t size) {
   if (eh.e_ident[EI_CLASS] != want_class)
     return kiln_error(bad, "cannot load library '%s': ELF class %d does not match this machine", path,
                       (int)eh.e_ident[EI_CLASS]);
+  if (KILN_HOST_MACHINE != 0 && eh.e_machine != KILN_HOST_MACHINE)
+    return kiln_error(bad, "cannot load library '%s': built for %s (ELF machine %u), this runtime "
+                      "runs on %s", path, machine_name(eh.e_machine), (unsigned)eh.e_machine,
+                      machine_name(KILN_HOST_MACHINE));
   if (eh.e_phnum > 0 && eh.e_phentsize != sizeof(ElfW(Phdr)))
     return kiln_error(bad, "cannot load library '%s': program header entry size %u, expected %u",
                       path, (unsigned)eh.e_phentsize, (unsigned)sizeof(ElfW(Phdr)));
