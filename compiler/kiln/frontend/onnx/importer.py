@@ -54,7 +54,13 @@ def from_onnx(model, shape_dict: Optional[Dict[str, tuple]] = None, name: str = 
     """
     import onnx
     if isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
-        model = onnx.load(model)
+        try:
+            model = onnx.load(model)
+        except OSError:  # a missing or unreadable file: the OS's words say it best
+            raise
+        except Exception as e:  # protobuf's DecodeError and kin: bytes that are not an ONNX model
+            where = f"{len(model)} bytes" if isinstance(model, bytes) else repr(str(model))
+            raise ONNXImportError(f"cannot parse {where} as an ONNX model (ModelProto): {e}") from e
     shape_dict = dict(shape_dict or {})
     const_inputs = {k: np.asarray(v) for k, v in (const_inputs or {}).items()}
     opset = None
