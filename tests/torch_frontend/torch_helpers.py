@@ -58,3 +58,32 @@ def randomize(model, seed=0):
             else:
                 t.copy_(torch.randn(t.shape, generator=g) * 0.5)
     return model
+
+
+_TV_LIB = []
+
+
+def import_torchvision():
+    """torchvision, or a skip naming why. The PyPI torchvision wheels carry C ops built against
+    the CUDA torch; beside the CPU torch those ops do not load, and torchvision 0.28 then fails
+    at import registering fake kernels for two of them (torchvision::nms, ::qnms). The models
+    are plain Python and need none of its C ops, so when the ops do not load those two op
+    schemas are declared (no kernel: calling them would fail) before the import."""
+    import glob
+    import importlib.util
+    import os
+    import sys
+    spec = importlib.util.find_spec("torchvision")
+    if spec is None:
+        pytest.skip("torchvision is not installed (the test extra: pip install -e .[test])")
+    if "torchvision" not in sys.modules:
+        lib = glob.glob(os.path.join(os.path.dirname(spec.origin), "_C*.so"))
+        try:
+            torch.ops.load_library(lib[0])
+        except Exception:  # noqa: BLE001 - OSError or RuntimeError, by torch version
+            declared = torch.library.Library("torchvision", "FRAGMENT")
+            for name in ("nms", "qnms"):
+                declared.define(f"{name}(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+            _TV_LIB.append(declared)      # a Library unregisters its ops when collected
+    import torchvision
+    return torchvision
