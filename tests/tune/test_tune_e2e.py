@@ -174,3 +174,47 @@ def test_ctrl_c_stops_the_tuner_and_no_candidate_is_blamed(tmp_path):
     records, skipped = read_records(str(db))
     assert skipped == 0 and len(records) >= 3
     assert all(r["status"] == "ok" for r in records), [r["message"] for r in records]
+
+
+def test_the_final_recheck_starts_no_kernel_after_the_deadline(tmp_path):
+    """``_confirm`` with the budget's end already past measures nothing and says why; with
+    time left it re-times the best against the default, alternating (4 rounds each)."""
+    import time as _time
+    from kiln.tune import LocalExecutor, MeasureOptions
+    from kiln.tune.tuner import _baselines, _confirm, _TaskState
+    from tune_helpers import mm_module
+    db = Database(tmp_path / "db.jsonl")
+    (task,), _ = extract_tasks(mm_module(), "llvm", threads=1, pipeline=False)
+    fast = MeasureOptions(warmup=1, warmup_s=0.0, repeats=3, min_repeat_s=0.0005)
+    with LocalExecutor(fast, build_workers=1) as ex:
+        state = _TaskState(task, db, None, 0, False)
+        appended = []
+
+        def record(s, decisions, res, new=True, again=False):
+            from kiln.tune.database import make_record
+            rec = make_record(*task.key, task.name, decisions, res.status, res.message,
+                              res.median_s, res.min_s, rules=task.rules)
+            db.append(rec)
+            s.records.append(rec)
+            appended.append(again)
+            s.update()
+        _baselines([state], ex, record)
+        assert state.reference is not None
+        cands = state.space.propose(6, state.parents())
+        ex.measure([kiln.tune.MeasureInput(task, c, state.reference) for c in cands],
+                   lambda i, res: record(state, cands[i], res))
+        state.report.new = 1 + len(cands)
+        faster = state.report.best_decisions       # usually not the default (6 tries)
+        before = len(appended)
+        _confirm([state], ex, record, deadline=_time.monotonic() - 1)
+        assert len(appended) == before                      # nothing measured
+        if faster != state.report.default_decisions:
+            assert "time budget ran out" in state.report.note
+        from kiln.tune.database import ranking
+        others = [r for r in ranking(state.records)
+                  if r["decisions"] != state.report.default_decisions]
+        _confirm([state], ex, record, checks=1, deadline=_time.monotonic() + 600)
+        if faster != state.report.default_decisions:
+            # the default and the (up to 3) fastest others, 4 rounds each
+            assert len(appended) == before + 4 * (1 + min(3, len(others)))
+            assert all(appended[before:]) and state.report.confirmed

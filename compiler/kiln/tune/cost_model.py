@@ -83,7 +83,10 @@ def features(func: PrimFunc, decisions: Dict[str, Any], l1_bytes: int = 32 << 10
     f["work"] = math.log2(max(work, 1.0))
     f["inner"] = math.log2(max(1.0, float(np.mean(inners)))) if inners else 0.0
     f["local_bytes"] = math.log2(f["local_bytes"] + 1)
-    f.update(access_features(func, l1_bytes, l2_bytes))
+    try:
+        f.update(access_features(func, l1_bytes, l2_bytes))
+    except Exception:   # noqa: BLE001 - a kernel the analysis does not cover: no memory features
+        pass            # (missing features are NaN to the model); never stop the tuner for it
     for name, v in decisions.items():
         if isinstance(v, (bool, int, float)):
             f["d:" + name] = float(v)

@@ -292,7 +292,8 @@ def tune(mod, target="llvm", db="tuning.jsonl", trials: Optional[int] = None,
                                                         or s.report.best_s < before * 0.995)
             s.stale_batches = 0 if improved else s.stale_batches + 1
         if confirm:
-            _confirm(states, executor, record)
+            _confirm(states, executor, record,
+                     deadline=None if time_budget_s is None else t_start + time_budget_s)
         changed = [s for s in states if s.report.best_decisions
                    and s.report.best_decisions != s.report.default_decisions]
         if check_model and pipeline and changed and any(s.report.new for s in states):
@@ -338,15 +339,18 @@ def _baselines(states: List[_TaskState], executor: Executor, record) -> None:
 
 
 def _confirm(states: List[_TaskState], executor: Executor, record, rounds: int = 4,
-             checks: int = 3, width: int = 3) -> None:
+             checks: int = 3, width: int = 3, deadline: Optional[float] = None) -> None:
     """The best candidates of each kernel improved in this run timed again against the
     default, alternating, ``rounds`` times each. The timings are recorded, and a candidate is
     ranked by its median record (``database.best_of``), so one lucky timing does not win: the
     default may become the best again, or a candidate timed only once may become the best.
     Each check re-times the (up to ``width``) fastest candidates not re-timed yet, until the
     best has been re-timed (or is the default), at most ``checks`` times. The report's
-    default and best times are those median records."""
-    todo = [s for s in states if s.reference is not None and s.report.new > 0]
+    default and best times are those median records. Kernels are re-checked one at a time,
+    the largest expected gain first, and none is started after ``deadline``
+    (``time.monotonic()``; the end of the time budget)."""
+    todo = sorted((s for s in states if s.reference is not None and s.report.new > 0),
+                  key=lambda s: -s.report.calls * (s.report.default_s or 0.0))
     checked: Dict[int, set] = {id(s): set() for s in todo}
     default = {id(s): decisions_key(s.report.default_decisions) for s in todo}
 
@@ -361,25 +365,34 @@ def _confirm(states: List[_TaskState], executor: Executor, record, rounds: int =
             out.append(dict(r["decisions"]))
         return out[:width]
 
+    out_of_time = False
     for _ in range(checks):
-        round_ = [(s, c) for s in todo for c in unchecked(s)]
+        round_ = [(s, unchecked(s)) for s in todo]
+        round_ = [(s, cs) for s, cs in round_ if cs]
         if not round_:
             break
-        inputs, owner = [], []
-        for s, c in round_:
-            checked[id(s)].add(decisions_key(c))
-        for r in range(rounds):
-            for s in {id(s): s for s, _ in round_}.values():
+        for s, cands in round_:
+            if deadline is not None and time.monotonic() >= deadline:
+                out_of_time = True
+                break
+            checked[id(s)].update(decisions_key(c) for c in cands)
+            inputs = []
+            for r in range(rounds):
                 group = [MeasureInput(s.task, s.report.default_decisions, s.reference)]
-                group += [MeasureInput(s.task, c, s.reference) for s2, c in round_ if s2 is s]
+                group += [MeasureInput(s.task, c, s.reference) for c in cands]
                 if r % 2:
                     group.reverse()    # neither the default nor a candidate always goes first
                 inputs += group
-                owner += [s] * len(group)
-        executor.measure(
-            inputs, lambda i, res: record(owner[i], inputs[i].decisions, res, again=True))
+            executor.measure(
+                inputs, lambda i, res, s=s, inputs=inputs: record(s, inputs[i].decisions, res,
+                                                                  again=True))
+        if out_of_time:
+            break
     for s in todo:
         if not checked[id(s)]:
+            if out_of_time and s.report.best_decisions != s.report.default_decisions:
+                s.report.note = ("the best candidate was timed once only (the time budget "
+                                 "ran out before its re-check)")
             continue
         s.report.confirmed = True
         d = candidate_time(s.records, s.report.default_decisions)
