@@ -425,6 +425,32 @@ KILN_API kiln_status_t kiln_set_num_threads(int32_t num_threads);
 /* The number of threads parallel loops use (>= 1). */
 KILN_API int32_t kiln_get_num_threads(void);
 
+/* ---------------------------------------------------------------------------------------------
+ * A caller-provided arena (embedded use: no allocation after init)
+ *
+ * After kiln_vm_set_arena(vm, arena, nbytes), every call of the VM's graph functions takes its
+ * frame (registers and the planned intermediate tensors) and its output tensors from `arena`
+ * instead of the heap, so a call allocates nothing (with the function objects looked up before:
+ * kiln_module_get_function allocates). The outputs live in the arena: they stay valid until the
+ * next call of any function of this VM, and releasing them frees nothing. One call at a time
+ * (a second concurrent call fails with KILN_ERR_INVALID_STATE); external functions must not
+ * keep tensors they are given past their call. Functions with outputs of symbolic shape or
+ * returning several values (tuples) cannot run in an arena (KILN_ERR_UNSUPPORTED). The model's
+ * kernels allocate scratch buffers of more than 32 KB on the heap (smaller ones are on the
+ * stack). export_static's header gives the size as KILN_MODEL_<NAME>_ARENA_BYTES, an upper
+ * bound of kiln_vm_arena_bytes on every target.
+ * ------------------------------------------------------------------------------------------- */
+
+/* The bytes a call of any of the VM's functions takes from an arena. Errors:
+ * KILN_ERR_INVALID_ARGUMENT (NULL, not a VM), KILN_ERR_UNSUPPORTED (see above). */
+KILN_API kiln_status_t kiln_vm_arena_bytes(kiln_module_t* vm, uint64_t* out_nbytes);
+
+/* Runs the VM's calls in `arena` (nbytes, KILN_ALIGNMENT-aligned, borrowed until replaced or
+ * removed with NULL). Set it before calling the VM's functions, not while another thread calls
+ * them. Errors: KILN_ERR_INVALID_ARGUMENT (NULL or non-VM module, misaligned, smaller than
+ * kiln_vm_arena_bytes), KILN_ERR_UNSUPPORTED (see above). */
+KILN_API kiln_status_t kiln_vm_set_arena(kiln_module_t* vm, void* arena, size_t nbytes);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,8 +1,11 @@
 /* platform.c — the runtime's only contact with the operating system besides threads: dynamic
  * loading, aligned memory and the core count. A port (or a static, bare-metal build) replaces
- * this file. */
+ * this file. KILN_EMBEDDED (`make embedded`) leaves dynamic loading and the file system out:
+ * models are linked in (export_static), and kiln_module_load_library says so. */
 #define _POSIX_C_SOURCE 200809L
+#if !defined(KILN_EMBEDDED)
 #include <dlfcn.h>
+#endif
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -10,6 +13,22 @@
 
 #include "internal.h"
 
+#if defined(KILN_EMBEDDED)
+kiln_status_t kiln_platform_library_open(const char* path, void** out_handle) {
+  (void)out_handle;
+  return kiln_error(KILN_ERR_UNSUPPORTED, "cannot load library '%s': this runtime is the embedded "
+                    "build (no dynamic loading, no file system); link the model with "
+                    "export_static and kiln_model_<name>_create", path);
+}
+
+void* kiln_platform_library_symbol(void* handle, const char* name) {
+  (void)handle;
+  (void)name;
+  return NULL;
+}
+
+void kiln_platform_library_close(void* handle) { (void)handle; }
+#else
 kiln_status_t kiln_platform_library_open(const char* path, void** out_handle) {
   /* dlopen searches the library path for a bare file name; Kiln users mean a file, so anchor a
    * name without '/' to the working directory. */
@@ -42,6 +61,7 @@ kiln_status_t kiln_platform_library_open(const char* path, void** out_handle) {
 void* kiln_platform_library_symbol(void* handle, const char* name) { return dlsym(handle, name); }
 
 void kiln_platform_library_close(void* handle) { dlclose(handle); }
+#endif
 
 void* kiln_platform_aligned_alloc(size_t alignment, size_t nbytes) {
   void* p = NULL;

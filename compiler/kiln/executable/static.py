@@ -77,8 +77,63 @@ define i32 @{syms['create']}(ptr %out) {{
 """
 
 
+def _align(n: int, a: int = 64) -> int:
+    return (n + a - 1) // a * a
+
+
+def arena_bytes(spec) -> Optional[int]:
+    """An upper bound, on every target, of ``kiln_vm_arena_bytes`` for the VM of ``spec``: the
+    caller's arena that lets a call of any public function allocate nothing
+    (``kiln_vm_set_arena``), or None when a function cannot run in one (an output of symbolic
+    shape, or several outputs). It mirrors the runtime's ``arena_need`` (vm.c) and frame layout
+    (vm_loader.c) with 64-bit sizes, the largest: a value is 16 bytes, a tensor header 72 plus
+    16 per dimension."""
+    from .format import Op
+    value, tensor_head = 16, 72
+
+    def head(ndim):
+        return _align(tensor_head + 16 * ndim, 8)
+
+    def need(f):
+        ops = [(i.opcode, i.operands) for i in f.code]
+        max_args = max([o[1] for op, o in ops if op in (Op.CALL_KERNEL, Op.CALL_EXTERN)] +
+                       [o[4] for op, o in ops if op == Op.IF] + [0])
+        views = sum(head(o[5]) for op, o in ops if op == Op.ALLOC_ARENA)
+        frame = _align(16 + value * (f.num_registers + max_args) + views) + f.arena_size
+        n = _align(frame) + 64
+        for op, o in ops:
+            if op == Op.ALLOC_OUTPUT:
+                ndim, dims = o[4], o[5:5 + o[4]]
+                if any(d < 0 for d in dims):
+                    return None
+                nbytes = (o[2] * o[3] + 7) // 8
+                for d in dims:
+                    nbytes *= d
+                n += _align(head(ndim)) + _align(nbytes) + 64
+            elif op == Op.MAKE_TUPLE:
+                return None
+            elif op == Op.IF:
+                a, b = need(spec.functions[o[2]]), need(spec.functions[o[3]])
+                if a is None or b is None:
+                    return None
+                n += max(a, b)
+        return n
+
+    needs = [need(f) for f in spec.functions if not f.private]
+    return None if any(n is None for n in needs) else max(needs + [0])
+
+
 def _header(ex, name: str, syms: Dict[str, str]) -> str:
     guard = f"KILN_MODEL_{name.upper()}_H_"
+    arena = arena_bytes(ex.spec)
+    if arena is None:
+        arena_def = (f"/* No KILN_MODEL_{name.upper()}_ARENA_BYTES: a function returns several values or an\n"
+                     " * output of symbolic shape, which kiln_vm_set_arena cannot hold. */")
+    else:
+        arena_def = (f"/* Bytes of the arena to give kiln_vm_set_arena(vm, arena, n) so that calls allocate\n"
+                     f" * nothing (embedded use; KILN_ALIGNMENT-aligned memory): an upper bound of\n"
+                     f" * kiln_vm_arena_bytes on every target. */\n"
+                     f"#define KILN_MODEL_{name.upper()}_ARENA_BYTES {arena}u")
     lines = []
     for f in (f for f in ex.spec.functions if not f.private):
         args = ", ".join(f"{p.name}: {p.dtype}[{', '.join(str(d) for d in p.shape)}]" for p in f.params)
@@ -102,6 +157,8 @@ def _header(ex, name: str, syms: Dict[str, str]) -> str:
 
 #include <stdint.h>
 #include "kiln_runtime.h"
+
+{arena_def}
 
 #ifdef __cplusplus
 extern "C" {{
