@@ -3,6 +3,7 @@ time a compiled library.
 
     kiln compile model.onnx -o model.so [--target llvm] [--pipeline default] [--shape x=1,3,224,224]
                                         [--tuning-db tuning.jsonl]
+    kiln compile model.pt2 -o model.so   (a program saved with torch.export.save)
     kiln tune model.onnx --db tuning.jsonl [--trials N] [--time 10m] [--threads N]
               [--scheduler tcp://host:8786] [--plot curve.png]
     kiln inspect model.so [--disassemble]
@@ -179,14 +180,49 @@ def _vm(path: str):
 
 # ---- commands --------------------------------------------------------------------------------
 def _import_model(args, step):
-    """The ONNX model ``args.model`` imported (``--shape``, ``--const-input``) with its
-    weights bound: an IRModule ready for a pipeline."""
-    import kiln
+    """The ONNX model (``--shape``, ``--const-input``) or torch.export program ``args.model``
+    imported with its weights bound (``--bound`` applied): an IRModule ready for a pipeline."""
     if not os.path.isfile(args.model):
         raise CLIError(f"{args.model}: no such file")
-    if not args.model.endswith(".onnx"):
-        raise CLIError(f"{args.model}: only ONNX models (.onnx) can be {args.command}d from the "
-                       "command line")
+    if args.model.endswith(".pt2"):
+        mod = _import_torch_program(args, step)
+    elif not args.model.endswith(".onnx"):
+        raise CLIError(f"{args.model}: only ONNX models (.onnx) and torch.export programs (.pt2) can be "
+                       f"{args.command}d from the command line")
+    else:
+        mod = _import_onnx(args, step)
+    if getattr(args, "bound", None):
+        from .ir.derived_dims import with_bounds
+        try:
+            mod = with_bounds(mod, dict(args.bound))
+        except ValueError as e:
+            raise CLIError(f"--bound: {e}") from None
+    return mod
+
+
+def _import_torch_program(args, step):
+    """A program saved with ``torch.export.save``, its weights bound (the Dims' names and
+    bounds come with it; --shape and --const-input do not apply)."""
+    import kiln
+    if args.shape or getattr(args, "const_input", None):
+        raise CLIError(f"{args.model}: --shape and --const-input apply to ONNX models; a torch.export "
+                       "program fixes its shapes (and dynamic dims) when exported")
+    try:
+        from .frontend.torch import TorchImportError
+    except ImportError as e:
+        raise CLIError(f"{args.model}: importing a torch.export program needs torch ({e})") from None
+    with step(f"loading and importing {args.model}"):
+        try:
+            mod, params = kiln.frontend.torch.load(args.model)
+        except TorchImportError as e:
+            msg = str(e)
+            raise CLIError(msg if msg.startswith(args.model) else f"{args.model}: {msg}") from None
+    with step(f"binding {len(params)} weights"):
+        return kiln.transform.bind_params("main", params)(mod)
+
+
+def _import_onnx(args, step):
+    import kiln
     import onnx
     from .frontend.onnx.common import ONNXImportError
     with step(f"loading {args.model}"):
@@ -202,14 +238,7 @@ def _import_model(args, step):
         except ONNXImportError as e:
             raise CLIError(f"{args.model}: {e}") from None
     with step(f"binding {len(params)} weights"):
-        mod = kiln.transform.bind_params("main", params)(mod)
-    if getattr(args, "bound", None):
-        from .ir.derived_dims import with_bounds
-        try:
-            mod = with_bounds(mod, dict(args.bound))
-        except ValueError as e:
-            raise CLIError(f"--bound: {e}") from None
-    return mod
+        return kiln.transform.bind_params("main", params)(mod)
 
 
 def cmd_compile(args) -> int:
@@ -407,7 +436,7 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("compile", help="compile an ONNX model into a shared library",
                        description="Import an ONNX model, bind its weights, run a pipeline and "
                        "compile it into one shared library (kernels, bytecode and weights).")
-    c.add_argument("model", help="the .onnx file")
+    c.add_argument("model", help="the .onnx file, or a .pt2 file from torch.export.save")
     c.add_argument("-o", "--output", help="the library to write (default: MODEL.so in the current directory)")
     c.add_argument("--target", default="llvm", help="code generation target (default: llvm, the host CPU; "
                    "e.g. 'llvm -mcpu=skylake-avx512')")

@@ -8,7 +8,9 @@ recorded for the node.
 """
 from __future__ import annotations
 
+import contextlib
 import operator
+import warnings
 from typing import Dict
 
 import numpy as np
@@ -62,8 +64,17 @@ def from_exported_program(ep, keep_params_as_input: bool = False, *, decompose: 
         table = torch.export.default_decompositions()
         for op in KEPT:
             table.pop(_overload(op), None)
-        ep = ep.run_decompositions(table)
+        with _quiet_torch():
+            ep = ep.run_decompositions(table)
     return _Importer(ep, keep_params_as_input, name).run()
+
+
+@contextlib.contextmanager
+def _quiet_torch():
+    """torch's own FutureWarnings (about its pytree internals) say nothing a user can act on."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=FutureWarning)
+        yield
 
 
 def _overload(qualified: str):
@@ -310,7 +321,8 @@ def load(path, keep_params_as_input: bool = False):
     as ``from_exported_program``."""
     import torch
     try:
-        ep = torch.export.load(str(path))
+        with _quiet_torch():
+            ep = torch.export.load(str(path))
     except Exception as e:  # noqa: BLE001 - torch raises many kinds; name the file
         raise TorchImportError(f"{path}: not a torch.export program ({type(e).__name__}: {e})") from None
     return from_exported_program(ep, keep_params_as_input)
