@@ -163,8 +163,10 @@ def bench_one(name: str, threads: int, budgets, tmp: str, plot_dir: str, repeat:
         refs["numpy"] = med["numpy"]
     png = os.path.join(plot_dir, f"tune_{name}_t{threads}.png")
     try:
-        plot_curves({f"{name}, {threads} thread(s): estimate": report.curve}, png, refs,
-                    title=f"kiln tune {name} ({threads} thread(s))")
+        label = f"{name}, {threads} thread(s): estimate"
+        plot_curves({label: report.curve}, png, refs,
+                    title=f"kiln tune {name} ({threads} thread(s))",
+                    rechecks={label: report.recheck_at})
         log(f"# tuning curve: {png}")
     except (ImportError, ValueError) as e:
         log(f"# no tuning curve for {name}: {e}")

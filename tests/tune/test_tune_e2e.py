@@ -142,6 +142,7 @@ def test_the_curve_starts_after_the_defaults_and_is_plotted(tmp_path):
     assert [p[0] for p in curve] == sorted(p[0] for p in curve)
     assert all(b[1] >= a[1] and b[2] <= a[2] for a, b in zip(curve, curve[1:]))
     assert curve[-1][2] == pytest.approx(report.best_model_s)
+    assert report.recheck_at is None            # confirm=False: no final re-check
     png = report.plot(tmp_path / "plots" / "curve.png")
     _check_png(png)
 

@@ -22,11 +22,14 @@ Point = Tuple[int, float, Optional[float]]
 
 def plot_curves(curves: Dict[str, Sequence[Point]], path,
                 references: Optional[Dict[str, float]] = None,
-                title: str = "kiln tune: best model latency so far") -> str:
+                title: str = "kiln tune: best model latency so far",
+                rechecks: Optional[Dict[str, float]] = None) -> str:
     """Draw ``curves`` (label -> points, as ``TuneReport.curve``) and the ``references``
     (label -> seconds) to the image file ``path`` (the format from its extension: .png, .svg,
-    .pdf); returns the path. Raises ``ImportError`` without matplotlib and ``ValueError``
-    when no curve has a point."""
+    .pdf); returns the path. ``rechecks`` (label -> ``TuneReport.recheck_at``) marks where
+    each run's final re-check began: from there candidates are timed again and ranked by
+    their median, so the curve may rise. Raises ``ImportError`` without matplotlib and
+    ``ValueError`` when no curve has a point."""
     try:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
@@ -50,6 +53,16 @@ def plot_curves(curves: Dict[str, Sequence[Point]], path,
                                marker=".", markersize=3)
         ax_time.step([p[1] for p in pts], ys, where="post", label=label, marker=".",
                      markersize=3, color=line.get_color())
+    for label, at in (rechecks or {}).items():
+        pts = drawn.get(label) or []
+        if at is None or not pts:
+            continue
+        before = [p for p in pts if p[1] <= at]
+        trial = before[-1][0] if before else pts[0][0]
+        ax_trials.axvline(trial, linestyle=":", color="grey", linewidth=1)
+        ax_time.axvline(at, linestyle=":", color="grey", linewidth=1)
+        ax_time.annotate("re-check", (at, 0.5), xycoords=("data", "axes fraction"),
+                         ha="right", va="center", rotation=90, fontsize="small", color="grey")
     for k, (label, seconds) in enumerate((references or {}).items()):
         for ax in (ax_trials, ax_time):
             ax.axhline(seconds * scale, linestyle="--", linewidth=1, color=f"C{(k + 5) % 10}",
@@ -70,9 +83,13 @@ def plot_curves(curves: Dict[str, Sequence[Point]], path,
 
 
 def plot_report(report, path) -> str:
-    """One ``TuneReport``'s curve, with its default schedules' estimate as a reference."""
+    """One ``TuneReport``'s curve, with its default schedules' estimate (the curve's first
+    point: every kernel's default measured, nothing else yet) as a reference, and the start
+    of its final re-check marked."""
     refs = {}
-    if report.default_model_s is not None:
-        refs["default schedules"] = report.default_model_s
+    first = next((p[2] for p in report.curve if p[2] is not None), None)
+    if first is not None:
+        refs["default schedules"] = first
     label = f"{report.target} at {report.threads} thread(s)"
-    return plot_curves({label: report.curve}, path, refs)
+    return plot_curves({label: report.curve}, path, refs,
+                       rechecks={label: getattr(report, "recheck_at", None)})

@@ -78,6 +78,7 @@ class TuneReport:
     # (trials measured in this run, seconds since it started, model estimate) per measurement,
     # from when every kernel's default is known (``plot``)
     curve: List[tuple] = field(default_factory=list)
+    recheck_at: Optional[float] = None     # seconds when the final re-check began
 
     def plot(self, path) -> str:
         """Draw the best model estimate against trials and wall time to the image ``path``
@@ -292,6 +293,7 @@ def tune(mod, target="llvm", db="tuning.jsonl", trials: Optional[int] = None,
                                                         or s.report.best_s < before * 0.995)
             s.stale_batches = 0 if improved else s.stale_batches + 1
         if confirm:
+            report.recheck_at = time.monotonic() - t_start
             _confirm(states, executor, record,
                      deadline=None if time_budget_s is None else t_start + time_budget_s)
         changed = [s for s in states if s.report.best_decisions
