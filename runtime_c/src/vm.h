@@ -49,7 +49,7 @@ typedef struct {
   const char* name;
   uint32_t flags;         /* KILN_VM_FUNCTION_PRIVATE: reachable only through IF */
   kiln_kernel_info_t sig; /* name, params and symbolic dims, for kiln_kernel_check_args */
-  const int64_t* bounds;   /* format >= 3: sig.num_sym upper bounds (< 0 none); else NULL */
+  const int64_t* bounds;   /* format >= 3: num_sym + num_derived upper bounds (< 0 none) */
   uint32_t num_registers;
   uint64_t arena_size;
   uint32_t num_instrs;

@@ -636,7 +636,7 @@ static kiln_status_t load_code(kiln_vm_program_t* p, kiln_vm_function_t* f, uint
 }
 
 /* Version 3: the derived dimensions (kiln_derived_dim_t, 24 bytes each) and one upper bound per
- * symbolic dimension (< 0: none), after sym_names. Validated with the parameters, below. */
+ * symbolic and derived dimension (< 0: none), after sym_names. Validated with the parameters. */
 static kiln_status_t load_derived(kiln_vm_program_t* p, cursor_t* c, kiln_vm_function_t* f,
                                   size_t* derived_used, size_t* bounds_used) {
   uint64_t num_derived;
@@ -659,10 +659,13 @@ static kiln_status_t load_derived(kiln_vm_program_t* p, cursor_t* c, kiln_vm_fun
     derived[j].a = (int64_t)a;
     derived[j].b = (int64_t)b;
   }
+  int32_t num_dims = f->sig.num_sym + f->sig.num_derived;
+  if ((uint64_t)num_dims > (c->end - c->pos) / 8)
+    return fail(c, BAD, "function '%s': %d bounds exceed the section", f->name, (int)num_dims);
   int64_t* bounds = p->bounds_pool + *bounds_used;
-  *bounds_used += (size_t)f->sig.num_sym;
+  *bounds_used += (size_t)num_dims;
   f->bounds = bounds;
-  for (int32_t s = 0; s < f->sig.num_sym; ++s) {
+  for (int32_t s = 0; s < num_dims; ++s) {
     uint64_t v;
     READ(c, 8, "bound", v);
     bounds[s] = (int64_t)v;

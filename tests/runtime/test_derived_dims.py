@@ -48,13 +48,13 @@ M_PLUS_N = DerivedDim(ADD, 0, 0, 1)
 
 def derived_spec(bounds=(), arena=False):
     """cat(a: f32[m], b: f32[n]) -> concat(a, b), f32[m + n]: ALLOC_OUTPUT (or an arena view of
-    64 bytes with ``arena``) then the fixture's concat kernel; and
+    64 bytes with ``arena``) then the fixture's concat kernel, ``bounds`` on m and n; and
     check(a: f32[m], b: f32[n], c: f32[m + n], d: f32[2 * m]) -> concat(a, b)."""
     alloc = (I(Op.ALLOC_ARENA, [2, 0, *F32, 1, -3]) if arena else I(Op.ALLOC_OUTPUT, [2, *F32, 1, -3]))
     cat = FunctionSpec("cat", [ParamSpec("a", "float32", ["m"]), ParamSpec("b", "float32", ["n"])],
                        ["m", "n"], 3, 64 if arena else 0,
                        [alloc, I(Op.CALL_KERNEL, [0, 3, 0, 1, 2]), I(Op.RET, [2])],
-                       derived=[M_PLUS_N], bounds=list(bounds))
+                       derived=[M_PLUS_N], bounds=list(bounds) + [-1] if bounds else [])
     check_fn = FunctionSpec(
         "check", [ParamSpec("a", "float32", ["m"]), ParamSpec("b", "float32", ["n"]),
                   ParamSpec("c", "float32", ["m + n"]), ParamSpec("d", "float32", ["m * 2"])],
@@ -87,6 +87,7 @@ def load_derived(kernel_libs):
 
 def test_round_trip_and_version():
     spec = derived_spec(bounds=[16, -1])
+    spec.functions[0].bounds[2] = 20  # m + n
     blob = serialize(spec)
     assert struct.unpack_from("<I", blob, 8)[0] == 3
     assert deserialize(blob) == spec
@@ -121,14 +122,20 @@ def test_vm_computes_and_checks_derived_dims(load_derived):
 
 
 def test_bounds_and_arena_views(load_derived):
-    vm = load_derived(serialize(derived_spec(bounds=[8, 8], arena=True)))
-    a, b = np.ones(8, "float32"), np.full(8, 2, "float32")
-    # m + n = 16 floats fill the 64-byte arena exactly
+    spec = derived_spec(bounds=[8, 8], arena=True)
+    spec.functions[0].bounds[2] = 12  # a bound on the derived m + n
+    vm = load_derived(serialize(spec))
+    a, b = np.ones(6, "float32"), np.full(6, 2, "float32")
     np.testing.assert_array_equal(vm["cat"](a, b).numpy(), np.concatenate([a, b]))
     msg = _error(vm["cat"], np.ones(9, "float32"), b[:1])
     assert "symbolic dimension 'm' = 9 exceeds its bound 8" in msg, msg
+    msg = _error(vm["cat"], np.ones(7, "float32"), b)
+    assert "symbolic dimension 'm + n' = 13 exceeds its bound 12" in msg, msg
+    vm = load_derived(serialize(derived_spec(bounds=[8, 8], arena=True)))
+    # m + n = 16 floats fill the 64-byte arena exactly
+    np.testing.assert_array_equal(vm["cat"](np.ones(8, "float32"), np.ones(8, "float32")).numpy(), np.ones(16))
     vm = load_derived(serialize(derived_spec(arena=True)))  # no bound: the view's check catches it
-    msg = _error(vm["cat"], np.ones(9, "float32"), b)
+    msg = _error(vm["cat"], np.ones(9, "float32"), np.ones(11, "float32"))
     assert "does not fit in the arena of 64 bytes" in msg, msg
 
 

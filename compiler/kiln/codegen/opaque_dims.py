@@ -18,12 +18,50 @@ from typing import Dict, List
 from ..ir.analysis import expr_equal
 from ..ir.expr import Buffer, IntImm, PrimExpr, Var
 from ..ir.function import PrimFunc
-from ..ir.functor import collect, substitute_buffers, transform
+from ..ir.functor import collect, substitute, substitute_buffers, transform
 from .errors import CodegenError
 
 
 def _free_vars(e) -> List[Var]:
     return [v for v in collect(e, Var)]
+
+
+def _solve(exprs, fresh, bound) -> Dict[Var, PrimExpr]:
+    """Unbound variables recovered from bound wholes. ``past + n`` bound as ``E`` with ``n``
+    bound gives ``past = E - n`` (a window ``mask[past + i]`` of a kernel whose output is
+    ``(n, past + n)`` needs ``past`` itself). When a whole leaves its variables underdetermined
+    (``past + seq`` with neither bound: a transpose of the KV cache), any split that gives every
+    parameter shape its size computes the same, since the kernel then depends on them only
+    through those shapes: the first variable takes ``E`` minus the rest, the others 0. Only
+    wholes linear in their unbound variables with coefficient 1 are solved; the caller checks
+    that every parameter shape comes out right."""
+    out: Dict[Var, PrimExpr] = {}
+    for e, whole in zip(exprs, fresh):
+        free = [v for v in _free_vars(e) if v not in bound and v not in out]
+        if not free:
+            continue
+        zero = {v: IntImm(0, v.dtype) for v in free}
+        rest = _simplify(substitute(substitute(e, out), zero))
+        total = free[0]
+        for v in free[1:]:
+            total = total + v
+        check = _simplify(substitute(e, out) - total - rest)
+        if not (isinstance(check, IntImm) and check.value == 0):
+            continue  # not linear with coefficient 1: left unbound (an error if used)
+        out[free[0]] = whole - rest
+        for v in free[1:]:
+            out[v] = IntImm(0, v.dtype)
+    return out
+
+
+def _same(a, b) -> bool:
+    d = _simplify(a - b)
+    return isinstance(d, IntImm) and d.value == 0
+
+
+def _simplify(e):
+    from ..arith import simplify
+    return simplify(e, {v: (0, 2 ** 62) for v in collect(e, Var)})
 
 
 def abstract_unbound_dims(name: str, func: PrimFunc) -> PrimFunc:
@@ -47,6 +85,7 @@ def abstract_unbound_dims(name: str, func: PrimFunc) -> PrimFunc:
         return func
     fresh: List[Var] = [Var(str(e), e.dtype) for e in exprs]
     unbound = {v for e in exprs for v in _free_vars(e) if v not in bound}
+    solved = _solve(exprs, fresh, bound)
 
     def pre(n):
         if isinstance(n, PrimExpr) and not isinstance(n, (Var, IntImm)):
@@ -56,7 +95,7 @@ def abstract_unbound_dims(name: str, func: PrimFunc) -> PrimFunc:
         return None
 
     def rewrite(node):
-        return transform(node, lambda n: None, pre)
+        return transform(node, lambda n: solved.get(n) if isinstance(n, Var) else None, pre)
 
     # Buffers are leaves to ``transform``: rebuild every buffer whose shape changes.
     bmap: Dict[Buffer, Buffer] = {}
@@ -67,6 +106,11 @@ def abstract_unbound_dims(name: str, func: PrimFunc) -> PrimFunc:
     params = tuple(bmap.get(p, p) if isinstance(p, Buffer) else p for p in func.params)
     body = substitute_buffers(rewrite(func.body), bmap)
     out = PrimFunc(params, body, func.attrs)
+    unbound -= set(solved)
+    for e, v in zip(exprs, fresh):  # each parameter shape must come out as its bound whole
+        if any(u in solved for u in _free_vars(e)) and not _same(substitute(e, solved), v):
+            raise CodegenError(f"kernel '{name}': cannot recover the symbolic dimensions of {e} "
+                               f"from its arguments")
     left = [v for v in collect(out, Var) if v in unbound]
     for b in collect(out, Buffer):
         left += [v for d in b.shape for v in _free_vars(d) if v in unbound]

@@ -192,7 +192,7 @@ def deserialize(blob: bytes) -> ExecutableSpec:
                 raise FormatError(f"FUNCTIONS: function '{name}' (byte {at}): num_derived {num_derived} exceeds "
                                   f"the limit of {MAX_SYMS} dimensions in all")
             derived = [DerivedDim(*c.read("IIqq")) for _ in range(num_derived)]
-            bounds = c.array("q", num_sym)
+            bounds = c.array("q", num_sym + num_derived)
             if all(b < 0 for b in bounds):
                 bounds = []
         try:

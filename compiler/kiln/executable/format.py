@@ -129,8 +129,8 @@ class FunctionSpec:
     # Dimensions computed from the symbolic ones (kiln.ir.derived_dims): number len(sym_names)+j.
     # A parameter or ALLOC dim refers to one by its display name (dim_names()) / its number.
     derived: List[DerivedDim] = field(default_factory=list)
-    # Upper bound per symbolic dimension (-1: none); empty = none at all. The VM refuses a
-    # call whose arguments exceed one (the arena was planned at the bounds).
+    # Upper bound per symbolic then derived dimension (-1: none); empty = none at all. The VM
+    # refuses a call whose arguments exceed one (the arena was planned at the bounds).
     bounds: List[int] = field(default_factory=list)
 
     def dim_names(self) -> List[str]:
@@ -300,7 +300,7 @@ def layout(spec: ExecutableSpec) -> Tuple[int, List[Tuple[int, memoryview]]]:
                 out += struct.pack("<I", len(f.derived))
                 for d in f.derived:
                     out += struct.pack("<IIqq", d.op, d.flags, d.a, d.b)
-                bounds = list(f.bounds) or [-1] * len(f.sym_names)
+                bounds = list(f.bounds) or [-1] * (len(f.sym_names) + len(f.derived))
                 out += struct.pack(f"<{len(bounds)}q", *bounds)
             out += struct.pack("<QQQ", f.arena_size, code_base + start, size)
             for i, p in enumerate(f.params):
@@ -462,8 +462,9 @@ def _check_function(f: FunctionSpec) -> None:
         check_table(f.sym_names, f.derived, f"function '{f.name}'")
     except DimError as e:
         raise FormatError(str(e)) from None
-    if f.bounds and len(f.bounds) != len(f.sym_names):
-        raise FormatError(f"function '{f.name}': {len(f.bounds)} bounds for {len(f.sym_names)} symbolic dimensions")
+    if f.bounds and len(f.bounds) != len(f.sym_names) + len(f.derived):
+        raise FormatError(f"function '{f.name}': {len(f.bounds)} bounds for {len(f.sym_names)} symbolic "
+                          f"and {len(f.derived)} derived dimensions")
     if f.num_registers > MAX_REGISTERS:
         raise FormatError(f"function '{f.name}': num_registers {f.num_registers} exceeds the limit "
                           f"of {MAX_REGISTERS}")

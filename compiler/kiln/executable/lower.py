@@ -123,6 +123,8 @@ class _FunctionLowering:
         # Upper bounds of symbolic dims ("kiln.bounds" attribute: nn export bounds=, --bound):
         # symbolic-size intermediates are then planned in the arena at their largest size.
         self.bounds: Dict[str, int] = {k: int(v) for k, v in (func.attr("kiln.bounds") or ())}
+        # Limits the frontend assumed (dim expression, largest value): checked, not planned for.
+        self.limits = list(func.attr("kiln.limits") or ())
         self.params = [self._param(i, p) for i, p in enumerate(func.params)]
         self.bindings = list(func.bindings())
         # Filled by analyse(): per call binding, the allocation ids of its outputs.
@@ -160,6 +162,36 @@ class _FunctionLowering:
             return [self.table.code(d, f"{what}: output") for d in ty.shape]
         except DimError as e:
             raise LowerError(f"{e}, so the VM cannot know it") from None
+
+    def _bounds_table(self) -> List[int]:
+        """One bound per dimension number (-1 none): the bounds given for symbolic dims, and
+        the limits the frontend assumed (which the VM must enforce: the kernels rely on them)."""
+        if not self.bounds and not self.limits:
+            return []
+        codes = [(self.table.code(self._sym(k), "bound"), v)
+                 for k, v in self.bounds.items() if k in self.sym_names]
+        for e, v in self.limits:
+            try:
+                codes.append((self.table.code(e, "limit"), int(v)))
+            except DimError as err:
+                raise LowerError(f"graph function '{self.name}': the import assumed {e} <= {v}, which "
+                                 f"the runtime cannot check: {err}") from None
+        out = [-1] * (len(self.sym_names) + len(self.table.derived))
+        for code, v in codes:
+            if code >= 0:  # a constant: the assumption holds or fails at compile time
+                if code > v:
+                    raise LowerError(f"graph function '{self.name}': a dimension of {code} exceeds its limit {v}")
+                continue
+            k = -1 - code
+            out[k] = v if out[k] < 0 else min(out[k], v)
+        return out
+
+    def _sym(self, name: str):
+        for p in self.func.params:
+            for d in (p.ty.shape or ()) if isinstance(p.ty, TensorType) else ():
+                if isinstance(d, Var) and d.name == name:
+                    return d
+        raise KeyError(name)
 
     # ---- analysis: allocations, live ranges, escapes -----------------------------------
     def analyse(self) -> None:
@@ -285,7 +317,7 @@ class _FunctionLowering:
                 regs[b.var] = value(v, i)
         code.append(Instruction(Op.RET, [value(self.func.body, len(self.bindings))]))
         code = insert_frees(code)
-        bounds = [self.bounds.get(s, -1) for s in self.sym_names] if self.bounds else []
+        bounds = self._bounds_table()
         return FunctionSpec(self.name, self.params, list(self.sym_names), counter[0],
                             self.plan.arena_size, code, private=bool(self.func.attr("private", False)),
                             derived=list(self.table.derived), bounds=bounds)

@@ -432,10 +432,10 @@ register("split", infer=_infer_split, compute=_compute_split, reference=_ref_spl
 
 # ---- strided_slice -------------------------------------------------------------------------
 
-def _slice_plan(op, x, begin, end, strides, axes):
+def _slice_plan(op, x, begin, end, strides, axes, assume_in_bounds=False):
     """Per axis of ``x``: (start, step, length) — ints, or (0, 1, dim) for untouched axes."""
-    begin = _ints(op, "begin", begin)
-    end = _ints(op, "end", end, len(begin))
+    begin = _bounds(op, "begin", begin)
+    end = _bounds(op, "end", end, len(begin))
     strides = (1,) * len(begin) if strides is None else _ints(op, "strides", strides, len(begin))
     if axes is None:
         if len(begin) > x.ndim:
@@ -451,21 +451,72 @@ def _slice_plan(op, x, begin, end, strides, axes):
         if s == 0:
             raise error(op, f"strides must not be 0 (axis {ax})")
         dim = const_dim(x.shape[ax])
-        if dim is None:
-            if s == 1 and b == 0 and e >= INT_MAX:
-                continue   # the whole symbolic dimension
-            raise error(op, f"slicing axis {ax} of {shape_str(x.shape)} with begin={b}, end={e}, "
-                            f"stride={s} needs a static dimension (only [0:] is supported on a "
-                            "symbolic one)")
+        if dim is None or not isinstance(b, int) or not isinstance(e, int):
+            if not (s == 1 and isinstance(b, int) and b == 0 and isinstance(e, int) and e >= INT_MAX):
+                plan[ax] = _symbolic_slice(op, x.shape[ax], b, e, s, assume_in_bounds)  # else: whole dim
+            continue
         r = range(*slice(b, e, s).indices(dim))      # Python's (numpy's) slice clamping
         plan[ax] = (IntImm(r.start), s, IntImm(len(r)))
     return plan
 
 
+def _bounds(op: str, name: str, value, length: Optional[int] = None) -> tuple:
+    """Slice bounds: Python ints, or int PrimExprs of symbolic dims (``past + n``)."""
+    seq_ = value if isinstance(value, (list, tuple)) else (value,)
+    if not any(isinstance(v, PrimExpr) and not isinstance(v, IntImm) for v in seq_):
+        return _ints(op, name, value, length)
+    out = tuple(v if isinstance(v, PrimExpr) and not isinstance(v, IntImm) else _ints(op, name, v)[0]
+                for v in seq_)
+    if length is not None and len(out) != length:
+        raise error(op, f"{name}= needs {length} value(s), got {len(out)}")
+    return out
+
+
+def _symbolic_slice(op, dim, b, e, s: int, assume_in_bounds: bool = False):
+    """(start, step, length) of ``[b:e:s]`` along ``dim`` when the dim or a bound is symbolic,
+    clamped as numpy does, as expressions (derived dimensions: the runtime computes them). An
+    int end at or past INT_MAX (or, stepping back, at or before -INT_MAX) means the whole way;
+    a symbolic bound must be provably non-negative or provably negative. ``assume_in_bounds``
+    (step 1): the caller guarantees 0 <= b <= e <= dim (a frontend that has the runtime check
+    it), so the length is plainly ``e - b``."""
+    from .. import arith
+    from ..ir.functor import collect
+    dtype = dim.dtype if isinstance(dim, PrimExpr) and dim.dtype == "int64" else "int64"
+    dim = IntImm(int(dim.value), dtype) if isinstance(dim, IntImm) else dim
+    ranges = {v: (0, 2 ** 62) for x in (dim, b, e) if isinstance(x, PrimExpr) for v in collect(x, Var)}
+
+    def simp(v):
+        return arith.simplify(v, ranges)
+
+    def c(v):
+        return IntImm(int(v), dtype) if not isinstance(v, PrimExpr) else simp(_promote(v, IntImm(0, dtype))[0])
+    lo, hi = (c(0), dim) if s > 0 else (c(-1), dim - c(1))
+
+    def clamp(v):
+        v = c(v)
+        neg, nonneg = simp(v < c(0)), simp(v >= c(0))
+        if isinstance(nonneg, IntImm) and nonneg.value:
+            return Min(v, hi)
+        if isinstance(neg, IntImm) and neg.value:
+            return Max(dim + v, lo)
+        raise error(op, f"slice bound {v} may be negative or not: its sign must be known at compile time")
+    if assume_in_bounds and s == 1:
+        return simp(c(b)), 1, simp(c(e) - c(b))
+    start = clamp(b)
+    if s > 0:
+        stop = dim if isinstance(e, int) and e >= INT_MAX else clamp(e)
+        length = Max((stop - start + c(s - 1)) // c(s), c(0))
+    else:
+        stop = c(-1) if isinstance(e, int) and e <= -INT_MAX else clamp(e)
+        length = Max((start - stop + c(-s - 1)) // c(-s), c(0))
+    return simp(start), s, simp(length)
+
+
 def _slice_args(attrs):
-    a = get_attrs("strided_slice", attrs, begin=REQUIRED, end=REQUIRED, strides=None, axes=None)
+    a = get_attrs("strided_slice", attrs, begin=REQUIRED, end=REQUIRED, strides=None, axes=None,
+                  assume_in_bounds=False)
     return (require_attr("strided_slice", a, "begin"), require_attr("strided_slice", a, "end"),
-            a["strides"], a["axes"])
+            a["strides"], a["axes"], bool(a["assume_in_bounds"]))
 
 
 def _infer_strided_slice(types, attrs):
@@ -487,7 +538,7 @@ def _compute_strided_slice(args, attrs):
     return te.compute([p[2] for p in plan], f, name="strided_slice")
 
 
-def _ref_strided_slice(x, begin, end, strides=None, axes=None):
+def _ref_strided_slice(x, begin, end, strides=None, axes=None, assume_in_bounds=False):
     plan = _slice_plan("strided_slice", TensorType(x.shape, str(x.dtype)), begin, end, strides, axes)
     out = x
     for ax, (start, step, length) in enumerate(plan):

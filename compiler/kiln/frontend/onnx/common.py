@@ -65,6 +65,10 @@ class Ctx:
         self.used = set()
         # known symbolic values (symbolic.py): placeholder var -> object array of PrimExprs
         self.sym: Dict[GraphVar, np.ndarray] = {}
+        # what the import assumed about symbolic dims: text -> (dim expression, largest value)
+        # (a Slice end of 10^9 read as "to the end", a window of a fixed-size mask); the runtime
+        # refuses inputs past them ("kiln.limits" attribute, checked by the VM)
+        self.limits: Dict[str, tuple] = {}
 
     # -- values known at import time ----------------------------------------------------
     def value(self, e: Optional[GraphExpr]) -> Optional[np.ndarray]:

@@ -128,6 +128,7 @@ def from_onnx(model, shape_dict: Optional[Dict[str, tuple]] = None, name: str = 
     ctx = Ctx(fb, known, opset)
     # What control_flow.py needs: the names in scope, and where If branches go.
     ctx.env, ctx.functions, ctx.func_name = env, {}, name
+    ctx.inputs = list(inputs)  # witnesses of symbolic dims for run-time shape values
     outs = []
     with fb.dataflow():
         for idx, node in enumerate(graph.node):
@@ -135,8 +136,8 @@ def from_onnx(model, shape_dict: Optional[Dict[str, tuple]] = None, name: str = 
         for vo in graph.output:
             e = env[vo.name]
             if ctx.is_symbolic(e):
-                from .symbolic import runtime_error
-                raise ONNXImportError(str(runtime_error(ctx, e, f"graph output {vo.name!r}")))
+                from .materialize import materialize  # a shape returned: computed at run time
+                e = materialize(ctx, e)
             if isinstance(e, GraphVar) and e in known:
                 ctx.used.add(e)
             outs.append(e)
@@ -148,6 +149,8 @@ def from_onnx(model, shape_dict: Optional[Dict[str, tuple]] = None, name: str = 
     used_inits = [v for v in init_vars.values() if v in ctx.used]
     fb.params = tuple(inputs) + tuple(used_inits)
     fb.attrs = {"num_input": len(inputs)}
+    if ctx.limits:
+        fb.attrs["kiln.limits"] = tuple(ctx.limits[k] for k in sorted(ctx.limits))
     func = fb.finish(ret)
     params = {v.name: known[v] for v in used_inits}
     return IRModule({name: func, **ctx.functions}), params

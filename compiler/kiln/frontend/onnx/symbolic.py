@@ -16,9 +16,10 @@ object array of PrimExprs (int64, or bool for comparisons).
   and PrimExprs, giving the graph symbolic output shapes.
 - A value whose elements all simplify to constants becomes an ordinary ``Constant``, so a
   model with static shapes folds exactly as before.
-- Anything that would need the value as a tensor at run time (float math on a dim, a
-  graph output, an op not listed above) raises ``Unsupported`` naming the symbolic dims and
-  suggesting ``shape_dict``.
+- Anything that needs the value as a tensor at run time (float math on a dim, a graph
+  output, an op not listed above, Range) gets it computed by a kernel from the dims
+  (materialize.py); a value a converter needs at import time (an axis, a pad amount) raises
+  ``Unsupported`` naming the symbolic dims and suggesting ``shape_dict``.
 """
 from __future__ import annotations
 
@@ -297,9 +298,9 @@ def _cast(arg, x, to: str):
 
 def eval_op(ctx, name: str, args, attrs: dict):
     """``Ctx.op`` for a call with at least one symbolic argument: the result as a symbolic
-    value (or a Constant), or Unsupported when the op needs a run-time tensor."""
+    value (or a Constant); an op that is not shape arithmetic runs on the values computed
+    at run time (materialize.py)."""
     vals = [elements(ctx, a) for a in args]
-    sym_arg = next(a for a in args if a in ctx.sym)
     out, dtype = None, args[0].ty.dtype if args else "int64"
     if all(v is not None for v in vals):
         if name in _BINARY and len(vals) == 2:
@@ -316,7 +317,10 @@ def eval_op(ctx, name: str, args, attrs: dict):
         else:
             out = _structural(name, vals, attrs)
     if out is None:
-        raise runtime_error(ctx, sym_arg, f"operator {name}")
+        # Not shape arithmetic Kiln does at import time: compute the symbolic inputs at run
+        # time (materialize.py) and call the op on them like on any tensor.
+        from .materialize import materialize
+        return ctx.op(name, *[materialize(ctx, a) for a in args], **attrs)
     return make(ctx, out, dtype)
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 from onnx import numpy_helper
 
-from ...ir.expr import IntImm
+from ...ir.expr import IntImm, Var
 from ...ops.registry import OpError
 from . import symbolic
-from .common import (Unsupported, converter, dim, dtype, fmt_shape, kiln_dtype, ndim, norm_axis,
+from .common import (Unsupported, converter, dim, dtype, kiln_dtype, ndim, norm_axis,
                      static_shape)
 
 
@@ -67,6 +67,13 @@ def constant_of_shape(ctx, node, ins, attrs):
 
 @converter("Range")
 def range_(ctx, node, ins, attrs):
+    if any(ctx.is_symbolic(e) for e in ins):
+        # arange(past, past + n): computed at run time from the symbolic dims
+        from .materialize import range_op, scalar
+        s, l, d = (scalar(ctx, e) for e in ins)
+        if s is None or l is None or d is None:
+            raise Unsupported("Range's inputs must be scalars")
+        return range_op(ctx, s, l, d, ins[0].ty.dtype)
     s, l, d = (ctx.need_value(e, "Range's inputs") for e in ins)
     return ctx.const(np.arange(s, l, d).astype(np.asarray(s).dtype))
 
@@ -136,14 +143,65 @@ def slice_(ctx, node, ins, attrs):
         steps = _ints(ctx, ins[4], "steps") if len(ins) > 4 and ins[4] is not None else None
     if axes is None:
         axes = list(range(len(starts)))
-    starts, ends = _static_slice_bounds(x, starts, ends, axes, steps)
+    ends = _sentinel_ends(ctx, x, ends, axes, steps)
+    starts, ends = _static_slice_bounds(ctx, x, starts, ends, axes, steps)
     if _takes_everything(x, starts, ends, axes, steps):
         return x  # x[:, :T] with T = x.shape[1], x[:, 0:]: nothing to slice
+    extra = {}
+    if _window_of_a_static_dim(ctx, x, starts, ends, axes, steps):
+        extra["assume_in_bounds"] = True
     return ctx.op("strided_slice", x, begin=tuple(starts), end=tuple(ends),
-                  strides=None if steps is None else tuple(steps), axes=tuple(axes))
+                  strides=None if steps is None else tuple(steps), axes=tuple(axes), **extra)
 
 
-def _static_slice_bounds(x, starts, ends, axes, steps):
+def _window_of_a_static_dim(ctx, x, starts, ends, axes, steps) -> bool:
+    """``mask[past:past + n]`` of a fixed-size buffer (a causal mask of the maximum context):
+    ONNX would clamp the window, and the result would no longer match ``n``. Such a model only
+    works while the window fits (onnxruntime fails at the next op otherwise), so Kiln records
+    ``past + n <= 128`` as a limit the runtime checks (a clear error past it) and slices
+    without clamping. Applies when every symbolic bound is on a static dim, with step 1, and
+    the start is provably <= the end."""
+    found = False
+    for k, (b, e) in enumerate(zip(starts, ends)):
+        if isinstance(b, int) and isinstance(e, int):
+            continue
+        d = x.ty.shape[norm_axis(axes[k], ndim(x))]
+        if not isinstance(d, IntImm) or (steps is not None and steps[k] != 1):
+            return False
+        b, e = symbolic.as_expr(b), symbolic.as_expr(e)
+        if not (symbolic.can_prove(b >= 0) and symbolic.can_prove(b <= e)):
+            return False
+        found = True
+    if not found:
+        return False
+    for k, e in enumerate(ends):
+        d = x.ty.shape[norm_axis(axes[k], ndim(x))]
+        if not isinstance(e, int):
+            key = str(e)
+            old = ctx.limits.get(key)
+            ctx.limits[key] = (e, min(int(d.value), old[1]) if old else int(d.value))
+    return True
+
+
+# TF / JAX exports end "to the end" slices at 10^9 rather than INT64_MAX. On a symbolic dim
+# that would make the length min(10^9, n), which nothing downstream can prove equal to n; read
+# it as "to the end" and record the assumption n <= 10^9, which the runtime checks.
+SENTINEL_END = 10 ** 9
+
+
+def _sentinel_ends(ctx, x, ends, axes, steps):
+    ends = list(ends)
+    for k, e in enumerate(ends):
+        d = x.ty.shape[norm_axis(axes[k], ndim(x))]
+        step = 1 if steps is None else steps[k]
+        if isinstance(e, int) and SENTINEL_END <= e < 2 ** 31 - 1 and step > 0 and isinstance(d, Var):
+            old = ctx.limits.get(d.name)
+            ctx.limits[d.name] = (d, min(old[1], e) if old else e)
+            ends[k] = 2 ** 63 - 1
+    return ends
+
+
+def _static_slice_bounds(ctx, x, starts, ends, axes, steps):
     """Slice bounds as ints: symbolic ones are accepted when they select a whole dim."""
     starts, ends = list(starts), list(ends)
     for k, (b, e) in enumerate(zip(starts, ends)):
@@ -152,16 +210,38 @@ def _static_slice_bounds(x, starts, ends, axes, steps):
         ax = norm_axis(axes[k], ndim(x))
         whole = symbolic.slice_bounds(x.ty.shape[ax], b, e, 1 if steps is None else steps[k])
         if whole is None:
-            raise Unsupported(f"slicing axis {ax} of {fmt_shape(x.ty.shape)} from {b} to {e} "
-                              f"needs bounds known at compile time (symbolic bounds are "
-                              f"supported only when they take the whole dim); pin the input "
-                              f"shapes with shape_dict")
+            # x[past:past + n]: the op clamps symbolically; its length is a derived dim
+            starts[k], ends[k] = _known_sign(ctx, b), _known_sign(ctx, e)
+            continue
         starts[k], ends[k] = whole
     return starts, ends
 
 
+def _known_sign(ctx, v):
+    """A symbolic slice bound whose sign the op can see. ``n - 1`` is non-negative unless a dim
+    is 0, where ONNX would count it from the end: Kiln takes it as non-negative and records
+    ``1 - n <= 0`` (i.e. ``n - 1 >= 0``) as a limit the runtime checks."""
+    from ... import arith
+    from ...ir.expr import Max
+    from ...ir.functor import collect
+    if isinstance(v, int):
+        return v
+    e = symbolic.as_expr(v)
+    if symbolic.can_prove(e >= 0) or symbolic.can_prove(e < 0):
+        return e
+    ranges = {d: (1, symbolic.DIM_LIMIT) for d in collect(e, Var)}
+    ok = arith.simplify(e >= 0, ranges)
+    if isinstance(ok, IntImm) and ok.value:
+        neg = symbolic.simplify(IntImm(0, e.dtype) - e)
+        ctx.limits[str(neg)] = (neg, 0)
+        return Max(e, IntImm(0, e.dtype))
+    return e
+
+
 def _takes_everything(x, starts, ends, axes, steps) -> bool:
     """Whether a slice keeps every element of every axis it names."""
+    if not all(isinstance(v, int) for v in list(starts) + list(ends)):
+        return False
     for k, (b, e) in enumerate(zip(starts, ends)):
         d = x.ty.shape[norm_axis(axes[k], ndim(x))]
         whole_end = e >= 2 ** 31 - 1 or (isinstance(d, IntImm) and e >= d.value)
@@ -287,12 +367,22 @@ def trilu(ctx, node, ins, attrs):
     k = 0
     if len(ins) > 1 and ins[1] is not None:
         k = int(np.asarray(ctx.need_value(ins[1], "k")).reshape(-1)[0])
+    r, c = x.ty.shape[-2], x.ty.shape[-1]
+    zero = ctx.const(np.zeros((), dtype=np.dtype(dtype(x)) if dtype(x) != "bool" else np.bool_))
+    if not (isinstance(r, IntImm) and isinstance(c, IntImm)):
+        # rows or columns symbolic: the mask j - i >= k computed at run time from two aranges
+        from .materialize import witnesses
+        w = witnesses(ctx, [r, c])
+        i = ctx.emit("arange", *w, start=0, step=1, length=r, dtype="int64")
+        j = ctx.emit("arange", *w, start=0, step=1, length=c, dtype="int64")
+        d = ctx.op("subtract", ctx.op("expand_dims", j, axis=0), ctx.op("expand_dims", i, axis=1))
+        mask = ctx.op("greater_equal" if attrs.get("upper", 1) else "less_equal", d, ctx.const(np.int64(k)))
+        return ctx.op("where", mask, x, zero)
     shp = static_shape(x)
     r, c = shp[-2], shp[-1]
     i = np.arange(r)[:, None]
     j = np.arange(c)[None, :]
     mask = (j - i >= k) if attrs.get("upper", 1) else (j - i <= k)
-    zero = ctx.const(np.zeros((), dtype=np.dtype(dtype(x)) if dtype(x) != "bool" else np.bool_))
     return ctx.op("where", ctx.const(mask), x, zero)
 
 
