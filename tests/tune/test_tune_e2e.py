@@ -178,8 +178,9 @@ def test_ctrl_c_stops_the_tuner_and_no_candidate_is_blamed(tmp_path):
 
 
 def test_the_final_recheck_starts_no_kernel_after_the_deadline(tmp_path):
-    """``_confirm`` with the budget's end already past measures nothing and says why; with
-    time left it re-times the best against the default, alternating (4 rounds each)."""
+    """``_confirm`` with the budget's end already past measures nothing and says why; a later
+    run, with time left, re-times the best left timed once against the default, alternating
+    (4 rounds each)."""
     import time as _time
     from kiln.tune import LocalExecutor, MeasureOptions
     from kiln.tune.tuner import _baselines, _confirm, _TaskState
@@ -211,11 +212,16 @@ def test_the_final_recheck_starts_no_kernel_after_the_deadline(tmp_path):
         assert len(appended) == before                      # nothing measured
         if faster != state.report.default_decisions:
             assert "time budget ran out" in state.report.note
+        # a later run (nothing new measured) re-checks what this one left timed once
+        later = _TaskState(task, db, None, 0, False)
+        later.reference, later.report.default_decisions = \
+            state.reference, dict(state.report.default_decisions)
+        assert later.report.new == 0 and later.report.best_decisions == faster
         from kiln.tune.database import ranking
-        others = [r for r in ranking(state.records)
-                  if r["decisions"] != state.report.default_decisions]
-        _confirm([state], ex, record, checks=1, deadline=_time.monotonic() + 600)
+        others = [r for r in ranking(later.records)
+                  if r["decisions"] != later.report.default_decisions]
+        _confirm([later], ex, record, checks=1, deadline=_time.monotonic() + 600)
         if faster != state.report.default_decisions:
             # the default and the (up to 3) fastest others, 4 rounds each
             assert len(appended) == before + 4 * (1 + min(3, len(others)))
-            assert all(appended[before:]) and state.report.confirmed
+            assert all(appended[before:]) and later.report.confirmed
