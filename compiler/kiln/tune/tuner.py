@@ -343,6 +343,9 @@ def _baselines(states: List[_TaskState], executor: Executor, record) -> None:
         new = decisions_key(d) not in measured[id(s)]
         s.space.mark_seen([d])
         record(s, d, res, new=new)
+        median = candidate_time(s.records, d) if res.ok else None
+        if median is not None:    # ranked like the best: by its median record (resumed runs)
+            s.report.default_s = record_time(median)
     executor.measure(inputs, done)
 
 
