@@ -48,10 +48,17 @@ KERNEL_FN = ctypes.CFUNCTYPE(ctypes.c_int32, ctypes.c_void_p, ctypes.POINTER(cty
                              ctypes.c_int32)
 
 
+class DerivedDim(ctypes.Structure):
+    _fields_ = [("op", ctypes.c_uint32), ("flags", ctypes.c_uint32), ("a", ctypes.c_int64),
+                ("b", ctypes.c_int64)]
+
+
 class KernelInfo(ctypes.Structure):
+    # kiln_kernel_info_t of kernel ABI 3 (runtime_c/include/kiln_kernel_abi.h)
     _fields_ = [("name", ctypes.c_char_p), ("fn", KERNEL_FN), ("num_params", ctypes.c_int32),
                 ("params", ctypes.POINTER(KernelParam)), ("num_sym", ctypes.c_int32),
-                ("sym_names", ctypes.POINTER(ctypes.c_char_p))]
+                ("sym_names", ctypes.POINTER(ctypes.c_char_p)), ("num_derived", ctypes.c_int32),
+                ("derived", ctypes.POINTER(DerivedDim))]
 
 
 class LibraryInfo(ctypes.Structure):
