@@ -40,7 +40,8 @@ CASES = {
                                                 torch.where(a > 0, a, 0.0)),
                                   [randn(3, 4), randn(3, 4)]),
     "clamp": (lambda x: (x.clamp(-0.5, 0.5), x.clamp(min=0.1), x.clamp(max=0.2)), [randn(5, 5)]),
-    "int_math": (lambda i: (i * 3 + 1, i // 2, i % 3 if False else i - 1, i.float() / 2, (i > 2).to(torch.int32)),
+    "int_math": (lambda i: (i * 3 + 1, i // 2, i % 3, torch.fmod(i, 3), i.float() % 2.5, i.float() / 2,
+                           (i > 2).to(torch.int32)),
                  [torch.randint(-5, 5, (3, 4), generator=RNG)]),
     "type_conversions": (lambda x: (x.to(torch.int64), x.int(), (x > 0).float(), x.double().float(),
                                     x.to(torch.float16).float()),
@@ -86,6 +87,9 @@ CASES = {
                                  F.scaled_dot_product_attention(q, k, v, attn_mask=m),
                                  F.scaled_dot_product_attention(q, k, v, scale=0.3)),
              [randn(2, 2, 5, 8), randn(2, 2, 5, 8), randn(2, 2, 5, 8), randn(5, 5)]),
+    "gather_cumsum": (lambda x, i: (torch.gather(x, 1, i), torch.gather(x, 0, i[:2] % 3), x.cumsum(1), x.cumsum(0),
+                                    i.cumsum(-1)),
+                      [randn(3, 4), torch.tensor([[0, 3, 2], [2, 2, 1], [1, 0, 3]])]),
     "embedding": (lambda i, w: F.embedding(i, w), [torch.tensor([[0, 3, 9], [4, 4, 1]]), randn(10, 6)]),
 }
 

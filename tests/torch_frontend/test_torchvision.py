@@ -7,27 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from torch_helpers import compile_program, import_torchvision, outputs, torch, torch_outputs
+from torch_helpers import compile_program, import_torchvision, outputs, perturb, torch, torch_outputs
 
 pytestmark = pytest.mark.slow
-
-
-def perturb(model, seed=0):
-    """Random batch-norm statistics and no constant tensors: torchvision initialises biases,
-    norm affines and some heads (ViT's) to constants, under which a wrong channel order or
-    a skipped op could still match."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, t in list(model.named_parameters()) + list(model.named_buffers()):
-            if not t.is_floating_point():
-                continue
-            if name.endswith("running_var"):
-                t.copy_(torch.rand(t.shape, generator=g) + 0.5)
-            elif name.endswith("running_mean"):
-                t.copy_(torch.randn(t.shape, generator=g) * 0.1)
-            elif t.numel() > 1 and bool(t.min() == t.max()):
-                t.add_(torch.randn(t.shape, generator=g) * 0.1)
-    return model.eval()
 
 
 def build(name):

@@ -60,30 +60,56 @@ def randomize(model, seed=0):
     return model
 
 
+def perturb(model, seed=0):
+    """Random batch-norm statistics and no constant tensors: torchvision and transformers
+    initialise biases, norm affines and some heads to constants, under which a wrong channel
+    order or a skipped op could still match."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, t in list(model.named_parameters()) + list(model.named_buffers()):
+            if not t.is_floating_point():
+                continue
+            if name.endswith("running_var"):
+                t.copy_(torch.rand(t.shape, generator=g) + 0.5)
+            elif name.endswith("running_mean"):
+                t.copy_(torch.randn(t.shape, generator=g) * 0.1)
+            elif t.numel() > 1 and bool(t.min() == t.max()):
+                t.add_(torch.randn(t.shape, generator=g) * 0.1)
+    return model.eval()
+
+
 _TV_LIB = []
 
 
 def import_torchvision():
-    """torchvision, or a skip naming why. The PyPI torchvision wheels carry C ops built against
-    the CUDA torch; beside the CPU torch those ops do not load, and torchvision 0.28 then fails
-    at import registering fake kernels for two of them (torchvision::nms, ::qnms). The models
-    are plain Python and need none of its C ops, so when the ops do not load those two op
-    schemas are declared (no kernel: calling them would fail) before the import."""
+    """torchvision, or a skip naming why (see ``prepare_torchvision``)."""
+    import importlib.util
+    if importlib.util.find_spec("torchvision") is None:
+        pytest.skip("torchvision is not installed (the test extra: pip install -e .[test])")
+    prepare_torchvision()
+    import torchvision
+    return torchvision
+
+
+def prepare_torchvision():
+    """Make ``import torchvision`` work beside the CPU torch. The PyPI torchvision wheels carry
+    C ops built against the CUDA torch; beside the CPU torch those ops do not load, and
+    torchvision 0.28 then fails at import (and so does ``transformers``, which imports it when
+    present) registering fake kernels for two of them (torchvision::nms, ::qnms). The models are
+    plain Python and need none of its C ops, so when the ops do not load those two op schemas
+    are declared (no kernel: calling them would fail) before the import."""
     import glob
     import importlib.util
     import os
     import sys
     spec = importlib.util.find_spec("torchvision")
-    if spec is None:
-        pytest.skip("torchvision is not installed (the test extra: pip install -e .[test])")
-    if "torchvision" not in sys.modules:
-        lib = glob.glob(os.path.join(os.path.dirname(spec.origin), "_C*.so"))
-        try:
-            torch.ops.load_library(lib[0])
-        except Exception:  # noqa: BLE001 - OSError or RuntimeError, by torch version
-            declared = torch.library.Library("torchvision", "FRAGMENT")
-            for name in ("nms", "qnms"):
-                declared.define(f"{name}(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
-            _TV_LIB.append(declared)      # a Library unregisters its ops when collected
-    import torchvision
-    return torchvision
+    if spec is None or "torchvision" in sys.modules or _TV_LIB:
+        return
+    lib = glob.glob(os.path.join(os.path.dirname(spec.origin), "_C*.so"))
+    try:
+        torch.ops.load_library(lib[0])
+    except Exception:  # noqa: BLE001 - OSError or RuntimeError, by torch version
+        declared = torch.library.Library("torchvision", "FRAGMENT")
+        for name in ("nms", "qnms"):
+            declared.define(f"{name}(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+        _TV_LIB.append(declared)      # a Library unregisters its ops when collected

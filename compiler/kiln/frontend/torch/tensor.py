@@ -170,17 +170,20 @@ def index(ctx: Ctx, node, args, kwargs):
     first = pos[0]
     if len(idx) == 1:
         return ctx.op("take", x, idx[0], axis=first)
-    # several index tensors: one linear index into the indexed dims flattened together
+    # several index tensors: one linear index into the indexed dims flattened together. Only
+    # the trailing indexed dims need static sizes (their strides); a negative index into the
+    # first one wraps through take's own wrap over the flattened size.
     xs = shape(x)
     dims = xs[first:first + len(idx)]
-    if not all(is_static(d) for d in dims):
-        raise Unsupported("indexing several symbolic dims at once is not supported")
+    if not all(is_static(d) for d in dims[1:]):
+        raise Unsupported("indexing several dims at once needs static sizes for all but the first")
     lin = None
-    for i, d in zip(idx, dims):
+    for k, (i, d) in enumerate(zip(idx, dims)):
         i = ctx.cast(i, "int64")
-        i = ctx.op("where", ctx.op("less", i, ctx.const(0, "int64")), ctx.op("add", i, ctx.const(d, "int64")), i)
+        if k:
+            i = ctx.op("where", ctx.op("less", i, ctx.const(0, "int64")), ctx.op("add", i, ctx.const(d, "int64")), i)
         lin = i if lin is None else ctx.op("add", ctx.op("multiply", lin, ctx.const(d, "int64")), i)
-    flat = ctx.op("reshape", x, shape=tuple(xs[:first]) + (int(np.prod(dims)),) + tuple(xs[first + len(idx):]))
+    flat = ctx.op("reshape", x, shape=tuple(xs[:first]) + (-1,) + tuple(xs[first + len(idx):]))
     return ctx.op("take", flat, lin, axis=first)
 
 
@@ -198,3 +201,42 @@ def repeat(ctx: Ctx, node, args, kwargs):
         target += [r, d]
     y = ctx.op("broadcast_to", y, shape=tuple(target))
     return ctx.op("reshape", y, shape=tuple(r * d for r, d in zip(reps, xs)))
+
+
+@converter("aten.gather")
+def gather(ctx: Ctx, node, args, kwargs):
+    """out[..., i_d, ...] = x[..., idx[..., i_d, ...], ...] along ``dim``: a take from the flat
+    x at the flat offsets of every other coordinate (a constant) plus idx times dim's stride."""
+    x, axis, idx = args[0], norm_axis(int(args[1]), ndim(args[0])), args[2]
+    xs, ishape = shape(x), shape(idx)
+    if not all(is_static(d) for d in xs + ishape):
+        raise Unsupported("gather needs static shapes")
+    strides = [int(np.prod(xs[i + 1:])) for i in range(len(xs))]
+    grids = np.indices(ishape, dtype=np.int64)
+    base = sum(grids[i] * strides[i] for i in range(len(xs)) if i != axis)
+    i = ctx.cast(idx, "int64")
+    i = ctx.op("where", ctx.op("less", i, ctx.const(0, "int64")), ctx.op("add", i, ctx.const(xs[axis], "int64")), i)
+    flat_idx = ctx.op("add", ctx.op("multiply", i, ctx.const(strides[axis], "int64")), ctx.const(base, "int64"))
+    return ctx.op("take", ctx.op("reshape", x, shape=(-1,)), flat_idx, axis=0)
+
+
+@converter("aten.cumsum")
+def cumsum(ctx: Ctx, node, args, kwargs):
+    """Running sum along ``dim`` as a product with an upper-triangular matrix of ones (exact for
+    integers below 2**53: computed in float64 for them)."""
+    x, axis = args[0], norm_axis(int(args[1]), ndim(args[0]))
+    out = ctx.out_dtype()
+    n = shape(x)[axis]
+    if not is_static(n):
+        raise Unsupported("cumsum along a symbolic dim is not supported")
+    work = out if out in ("float32", "float64") else "float64"
+    t = ctx.cast(x, work)
+    last = ndim(x) - 1
+    perm = list(range(ndim(x)))
+    perm[axis], perm[last] = perm[last], perm[axis]
+    if axis != last:
+        t = ctx.op("permute_dims", t, axes=tuple(perm))
+    t = ctx.op("matmul", t, ctx.const(np.triu(np.ones((n, n))), work))
+    if axis != last:
+        t = ctx.op("permute_dims", t, axes=tuple(perm))
+    return ctx.cast(t, out)
