@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 
-.PHONY: all build runtime cross example deploy-examples java wheel test test-fast bench clean
+.PHONY: all build runtime cross example deploy-examples java wheel test test-fast bench clean test-deps fuzz fuzz-smoke fuzz-deps
 
 all: example
 
@@ -67,16 +67,37 @@ wheel: $(VENV)/.installed
 # runs it in one process). pytest's own exit status is make's: a run that collects no test
 # (exit 5) fails, since a suite that tests nothing must not pass.
 PYTEST_XDIST := -n logical --dist worksteal
-test: build cross
+test: build cross test-deps
 	$(PY) -m pytest $(PYTEST_XDIST) $(PYTEST_ARGS)
 
 # The same without the tests marked slow. Exit 5 then also means "every test selected by
 # PYTEST_ARGS is slow" (e.g. PYTEST_ARGS=tests/packaging), which is not a failure; it passes
 # only when the same selection without -m collects some test, so an empty suite still fails.
-test-fast: build cross
+test-fast: build cross test-deps
 	$(PY) -m pytest $(PYTEST_XDIST) -m "not slow" $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ] && $(PY) -m pytest --collect-only -q $(PYTEST_ARGS) >/dev/null 2>&1; then \
 	    echo "test-fast: every selected test is marked slow; none run"; exit 0; fi; exit $$rc
+
+# System tools the tests use beyond Python packages: clang with its libFuzzer runtime for the
+# fuzz targets (tests/reliability/test_fuzz.py). Installed with apt-get when missing and this
+# runs as root; otherwise (or if that fails) those tests skip and say what to install.
+test-deps:
+	-@$(MAKE) -s -C runtime_c/fuzz check-clang >/dev/null 2>&1 || $(MAKE) -s fuzz-deps
+
+fuzz-deps:
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing clang (libFuzzer) with apt-get"; \
+	    apt-get update -qq >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq clang >/dev/null; \
+	else echo "clang with libFuzzer is missing: install clang (e.g. apt-get install clang)"; exit 1; fi
+
+# Coverage-guided fuzzing of the runtime's artifact readers (runtime_c/fuzz, docs/reliability.md):
+# `make fuzz` a campaign of FUZZ_SECONDS per target (default 30 min), `make fuzz-smoke` 60 s each.
+FUZZ_SECONDS ?= 1800
+fuzz: build
+	$(PY) tests/reliability/fuzz_run.py --seconds $(FUZZ_SECONDS) $(FUZZ_ARGS)
+
+fuzz-smoke: build
+	$(PY) tests/reliability/fuzz_run.py --seconds 60 $(FUZZ_ARGS)
 
 bench: build
 	$(PY) bench/run.py

@@ -11,6 +11,7 @@
 #include <fcntl.h>
 #include <link.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -49,10 +50,21 @@ static const char* machine_name(unsigned machine) {
 /* a + b <= limit, without overflow */
 static int fits(uint64_t a, uint64_t b, uint64_t limit) { return a <= limit && b <= limit - a; }
 
-static int read_at(int fd, void* buf, size_t n, uint64_t offset) {
+/* Where the headers are read from: an open file (fd >= 0), or memory (the fuzz target,
+ * runtime_c/fuzz/fuzz_elf.c, checks its inputs in memory: no file write per execution). */
+typedef struct {
+  int fd;
+  const uint8_t* data;
+} source_t;
+
+static int read_at(source_t src, void* buf, size_t n, uint64_t offset) {
   uint8_t* p = buf;
+  if (src.fd < 0) { /* the caller has checked offset + n against the size */
+    memcpy(p, src.data + offset, n);
+    return 1;
+  }
   while (n > 0) {
-    ssize_t got = pread(fd, p, n, (off_t)offset);
+    ssize_t got = pread(src.fd, p, n, (off_t)offset);
     if (got <= 0) return 0;
     p += got;
     n -= (size_t)got;
@@ -61,10 +73,10 @@ static int read_at(int fd, void* buf, size_t n, uint64_t offset) {
   return 1;
 }
 
-static kiln_status_t check_headers(int fd, const char* path, uint64_t size) {
+static kiln_status_t check_headers(source_t src, const char* path, uint64_t size) {
   const kiln_status_t bad = KILN_ERR_INVALID_FORMAT;
   ElfW(Ehdr) eh;
-  if (size < sizeof eh || !read_at(fd, &eh, sizeof eh, 0))
+  if (size < sizeof eh || !read_at(src, &eh, sizeof eh, 0))
     return kiln_error(bad, "cannot load library '%s': file of %llu bytes is too short for an ELF header",
                       path, (unsigned long long)size);
   if (eh.e_ident[EI_MAG0] != ELFMAG0 || eh.e_ident[EI_MAG1] != ELFMAG1 ||
@@ -95,7 +107,7 @@ static kiln_status_t check_headers(int fd, const char* path, uint64_t size) {
                       (unsigned)eh.e_shnum, (unsigned long long)size);
   for (unsigned i = 0; i < eh.e_phnum; ++i) {
     ElfW(Phdr) ph;
-    if (!read_at(fd, &ph, sizeof ph, eh.e_phoff + (uint64_t)i * sizeof ph))
+    if (!read_at(src, &ph, sizeof ph, eh.e_phoff + (uint64_t)i * sizeof ph))
       return kiln_error(KILN_ERR_IO, "cannot load library '%s': cannot read program header %u", path, i);
     if (ph.p_filesz > 0 && !fits(ph.p_offset, ph.p_filesz, size))
       return kiln_error(bad, "cannot load library '%s': segment %u (file bytes %llu..%llu) exceeds "
@@ -113,7 +125,15 @@ kiln_status_t kiln_platform_elf_check(const char* path) {
   if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode))
     status = kiln_error(KILN_ERR_IO, "cannot load library '%s': not a regular file", path);
   else
-    status = check_headers(fd, path, (uint64_t)st.st_size);
+    status = check_headers((source_t){fd, NULL}, path, (uint64_t)st.st_size);
   close(fd);
   return status;
+}
+
+/* The same check on `size` bytes in memory; `name` stands for the path in messages. Used by the
+ * fuzz target only, which declares it itself (it is not part of the runtime's interface). */
+kiln_status_t kiln_platform_elf_check_memory(const uint8_t* data, uint64_t size, const char* name);
+kiln_status_t kiln_platform_elf_check_memory(const uint8_t* data, uint64_t size, const char* name) {
+  source_t src = {-1, data};
+  return check_headers(src, name, size);
 }
