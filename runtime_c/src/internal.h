@@ -69,6 +69,11 @@ void kiln_format_device(char* buf, size_t cap, DLDevice device);
  * named by sym_names[-1 - entry] (a kernel parameter's shape); without, they print as numbers. */
 void kiln_format_shape(char* buf, size_t cap, const int64_t* shape, int32_t ndim,
                        const char* const* sym_names);
+/* Arguments a VM function updates in place (inplace.c): a KILN_PARAM_WRITTEN parameter's tensor
+ * must not share memory with any other argument. Call after kiln_kernel_check_args. */
+kiln_status_t kiln_check_written_args(const kiln_kernel_info_t* k, const kiln_value_t* args,
+                                      int32_t num_args);
+
 /* ---- derived dimensions (derived.c) --------------------------------------------------------- */
 
 /* Checks k's derived-dimension table (ops, flags, operand references, limits) and that every

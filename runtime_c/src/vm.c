@@ -122,6 +122,7 @@ static kiln_status_t run(const vm_module_t* vm, const vm_state_t* state,
   const kiln_vm_program_t* prog = vm->program;
   int64_t sym[KILN_MAX_KERNEL_SYMS];
   kiln_status_t st = kiln_kernel_check_args(&f->sig, args, num_args, sym);
+  if (st == KILN_OK) st = kiln_check_written_args(&f->sig, args, num_args);
   if (st != KILN_OK) return st;
   for (int32_t s = 0; f->bounds && s < f->sig.num_sym + f->sig.num_derived; ++s)
     if (f->bounds[s] >= 0 && sym[s] > f->bounds[s]) {

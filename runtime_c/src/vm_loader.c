@@ -758,6 +758,15 @@ static kiln_status_t load_function(kiln_vm_program_t* p, cursor_t* c, uint32_t k
                     (int)f->sig.num_derived);
     }
   }
+  if (l->version >= 3) /* which parameters the function updates in place */
+    for (uint64_t i = 0; i < num_params; ++i) {
+      uint64_t flags;
+      READ(c, 4, "parameter flags", flags);
+      if (flags & ~(uint64_t)KILN_PARAM_WRITTEN)
+        return fail(c, BAD, "function '%s': parameter %u '%s' has unknown flags 0x%llx", f->name,
+                    (unsigned)i, params[i].name, (unsigned long long)flags);
+      params[i].flags = (uint32_t)flags;
+    }
   /* Symbolic dimensions are bound from the arguments: one no parameter has is never bound. */
   for (int32_t s = 0; s < f->sig.num_sym; ++s) {
     int bound = 0;

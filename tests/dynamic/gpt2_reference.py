@@ -94,9 +94,15 @@ class GPT2(nn.Module):
         torch.manual_seed(seed)
         self.config = dict(vocab=vocab, d=d, heads=heads, layers=layers, ctx=ctx)
         self.transformer = Transformer(vocab, d, heads, layers, ctx)
-        for p in self.transformer.parameters():  # not all-zero / all-one: the test must see them
-            with torch.no_grad():
+        with torch.no_grad():
+            for p in self.transformer.parameters():  # not all-zero / all-one: the test must see them
                 p.add_(torch.randn_like(p) * 0.1)
+            # GPT-2-like scales, so that greedy decoding does not just repeat the last token
+            self.transformer.wte.weight.normal_(0, 0.3)
+            self.transformer.wpe.weight.normal_(0, 0.3)
+            for block in self.transformer.h:
+                for m in (block.attn.c_attn, block.attn.c_proj, block.mlp.c_fc, block.mlp.c_proj):
+                    m.weight.normal_(0, 0.3)
         self.lm_head = nn.Linear(d, vocab, bias=False)
         self.lm_head.weight = self.transformer.wte.weight  # tied
 

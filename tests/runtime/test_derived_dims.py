@@ -199,3 +199,32 @@ def test_corrupted_derived_blobs_fail_cleanly_or_run(load_derived):
             assert str(e) and e.status != lib.KILN_ERR_INTERNAL
             outcomes["error"] += 1
     assert outcomes["error"] > 50 and outcomes["ok"] > 0, outcomes
+
+
+def test_written_parameter_flags(load_derived):
+    """Format 3 parameter flags: a WRITTEN parameter round-trips; unknown bits are refused by
+    both loaders."""
+    spec = derived_spec()
+    spec.functions[1].params[2].written = True
+    blob = serialize(spec)
+    assert deserialize(blob).functions[1].params[2].written
+    vm = load_derived(blob)
+    a, b = np.arange(2, dtype="float32"), np.arange(3, dtype="float32")
+    np.testing.assert_array_equal(vm["check"](a, b, np.zeros(5, "float32"), np.zeros(4, "float32")).numpy(),
+                                  np.concatenate([a, b]))
+    # the written argument may not share memory with another one
+    buf = np.zeros(8, "float32")
+    vm["check"](buf[:2], b, buf[3:8], np.zeros(4, "float32"))  # disjoint parts of one buffer: fine
+    msg = _error(vm["check"], buf[:2], b, buf[:5], np.zeros(4, "float32"))
+    assert "argument 2 'c' is updated in place and shares memory with argument 0 'a'" in msg, msg
+    # an unknown flag bit: the flags of check's 4 parameters are the FUNCTIONS section's last bytes
+    num, table = struct.unpack_from("<I", blob, 24)[0], struct.unpack_from("<Q", blob, 32)[0]
+    off, size = next(struct.unpack_from("<QQ", blob, table + 24 * i + 8) for i in range(num)
+                     if struct.unpack_from("<I", blob, table + 24 * i)[0] == 5)
+    flags_at = off + size - 16
+    assert struct.unpack_from("<IIII", blob, flags_at) == (0, 0, 1, 0)
+    bad = bytearray(blob)
+    struct.pack_into("<I", bad, flags_at + 8, 5)
+    assert "parameter 2 'c' has unknown flags 0x5" in _error(load_derived, bytes(bad))
+    with pytest.raises(FormatError, match="unknown flags 0x5"):
+        deserialize(bytes(bad))

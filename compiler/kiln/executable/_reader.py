@@ -13,7 +13,8 @@ import numpy as np
 from ..ir import dtype as dt
 from ..ir.derived_dims import DerivedDim, DimError, check_table, format_dims
 from .format import (ALIGN, FORMAT_VERSION, FUNCTION_PRIVATE, HEADER_SIZE, MAGIC, MAX_NDIM, MAX_SYMS,
-                     MIN_FORMAT_VERSION_WITH_DERIVED, MIN_FORMAT_VERSION_WITH_FLAGS, OPTIONAL_SECTION_BASE, SECTION_ENTRY_SIZE,
+                     MIN_FORMAT_VERSION_WITH_DERIVED, MIN_FORMAT_VERSION_WITH_FLAGS, OPTIONAL_SECTION_BASE, PARAM_WRITTEN,
+                     SECTION_ENTRY_SIZE,
                      ExecutableSpec, FormatError, FunctionSpec, Instruction, ParamSpec, Section,
                      _check_calls, _check_code, _check_function, dtype_from_dl, dtype_nbytes)
 
@@ -221,6 +222,11 @@ def deserialize(blob: bytes) -> ExecutableSpec:
                                       f"{len(derived)} derived)")
                 shape.append(d if d >= 0 else dim_names[-1 - d])
             params.append(ParamSpec(pname, pdtype, shape))
+        if version >= MIN_FORMAT_VERSION_WITH_DERIVED:
+            for p, flags in zip(params, c.array("I", num_params)):
+                if flags & ~PARAM_WRITTEN:
+                    raise FormatError(f"FUNCTIONS: function '{name}' parameter '{p.name}': unknown flags {flags:#x}")
+                p.written = bool(flags & PARAM_WRITTEN)
         if not (bc_start <= code_offset <= bc_end and code_size <= bc_end - code_offset):
             raise FormatError(f"FUNCTIONS: function '{name}' (byte {at}): code [{code_offset}, "
                               f"{code_offset + code_size}) lies outside BYTECODE [{bc_start}, {bc_end})")

@@ -41,6 +41,7 @@ MIN_FORMAT_VERSION_WITH_FLAGS = 2
 # writer emits version 2 when no function uses them, so older runtimes read those blobs.
 MIN_FORMAT_VERSION_WITH_DERIVED = 3
 FUNCTION_PRIVATE = 1  # FUNCTIONS flags bit: callable only through IF, not from the VM module
+PARAM_WRITTEN = 1     # version 3 parameter flag: the function updates this argument in place
 HEADER_SIZE = 64
 SECTION_ENTRY_SIZE = 24
 ALIGN = 64
@@ -96,6 +97,7 @@ class ParamSpec:
     name: str
     dtype: str
     shape: List[Dim]
+    written: bool = False  # updated in place by the function (format >= 3): see PARAM_WRITTEN
 
 
 @dataclass
@@ -138,7 +140,7 @@ class FunctionSpec:
         return format_dims(self.sym_names, self.derived)
 
     def uses_v3(self) -> bool:
-        return bool(self.derived) or any(b >= 0 for b in self.bounds)
+        return bool(self.derived) or any(b >= 0 for b in self.bounds) or any(p.written for p in self.params)
 
 
 @dataclass
@@ -182,7 +184,8 @@ def dtype_to_dl(dtype: str) -> Tuple[int, int, int]:
 def dtype_from_dl(code: int, bits: int, lanes: int) -> str:
     """DLPack (code, bits, lanes) -> Kiln dtype; ``FormatError`` for one Kiln does not have."""
     name = {(_DL_INT, 8): "int8", (_DL_INT, 16): "int16", (_DL_INT, 32): "int32", (_DL_INT, 64): "int64",
-            (_DL_UINT, 8): "uint8", (_DL_FLOAT, 16): "float16", (_DL_FLOAT, 32): "float32",
+            (_DL_UINT, 8): "uint8", (_DL_UINT, 16): "uint16", (_DL_UINT, 32): "uint32",
+            (_DL_UINT, 64): "uint64", (_DL_FLOAT, 16): "float16", (_DL_FLOAT, 32): "float32",
             (_DL_FLOAT, 64): "float64", (_DL_BOOL, 8): "bool"}.get((code, bits))
     if name is None or lanes < 1:
         raise FormatError(f"unsupported dtype (code {code}, bits {bits}, lanes {lanes})")
@@ -307,6 +310,8 @@ def layout(spec: ExecutableSpec) -> Tuple[int, List[Tuple[int, memoryview]]]:
                 shape = _shape_codes(p.shape, f.dim_names(), f"{f.name}: parameter {i} '{p.name}'")
                 out += struct.pack("<IBBHI", strings(p.name), *dtype_to_dl(p.dtype), len(shape))
                 out += struct.pack(f"<{len(shape)}q", *shape)
+            if version >= MIN_FORMAT_VERSION_WITH_DERIVED:
+                out += struct.pack(f"<{len(f.params)}I", *[PARAM_WRITTEN if p.written else 0 for p in f.params])
         return bytes(out)
 
     functions_blob(0)  # interns every string, so STRINGS is final before the layout is fixed

@@ -126,6 +126,8 @@ class _FunctionLowering:
         # Limits the frontend assumed (dim expression, largest value): checked, not planned for.
         self.limits = list(func.attr("kiln.limits") or ())
         self.params = [self._param(i, p) for i, p in enumerate(func.params)]
+        self.inplace_src: Dict[GraphVar, GraphVar] = {}  # in-place results -> the parameter
+        self.written: set = set()                          # indices of parameters written
         self.bindings = list(func.bindings())
         # Filled by analyse(): per call binding, the allocation ids of its outputs.
         self.outputs: Dict[int, List[int]] = {}
@@ -162,6 +164,22 @@ class _FunctionLowering:
             return [self.table.code(d, f"{what}: output") for d in ty.shape]
         except DimError as e:
             raise LowerError(f"{e}, so the VM cannot know it") from None
+
+    def _inplace_arg(self, i: int, call: Call) -> int:
+        """The index of the argument an in-place ``call_tir`` writes; marks the parameter it
+        comes from (directly or through earlier in-place results) as written."""
+        fields = call.args[1].fields if isinstance(call.args[1], GTuple) else ()
+        k = int(call.attr("inplace"))
+        if call.op != "call_tir" or not 0 <= k < len(fields):
+            raise LowerError(f"{self._where(i)}: inplace={k} names no argument of the call_tir")
+        src = fields[k]
+        src = self.inplace_src.get(src, src)
+        if src not in self.func.params:
+            raise LowerError(f"{self._where(i)}: a call_tir writes argument {k} in place, which is not "
+                             "a parameter of the function (only parameters may be updated in place)")
+        self.inplace_src[self.bindings[i].var] = src
+        self.written.add(list(self.func.params).index(src))
+        return k
 
     def _bounds_table(self) -> List[int]:
         """One bound per dimension number (-1 none): the bounds given for symbolic dims, and
@@ -227,6 +245,13 @@ class _FunctionLowering:
                 args = tree(v.args[1], i)
                 for a in _flatten(args):
                     last[a] = i
+                if v.attr("inplace") is not None:
+                    # call_tir writing argument `inplace` in place: no output of its own; the
+                    # result is that argument (an alias). A parameter written so is declared.
+                    k = self._inplace_arg(i, v)
+                    self.outputs[i] = []
+                    trees[b.var] = tree(v.args[1].fields[k], i)
+                    continue
                 ids = []
                 for ty in _tensor_types(v.ty, self._where(i)):
                     k = len(self.alloc_types)
@@ -318,6 +343,8 @@ class _FunctionLowering:
         code.append(Instruction(Op.RET, [value(self.func.body, len(self.bindings))]))
         code = insert_frees(code)
         bounds = self._bounds_table()
+        for k in self.written:
+            self.params[k].written = True
         return FunctionSpec(self.name, self.params, list(self.sym_names), counter[0],
                             self.plan.arena_size, code, private=bool(self.func.attr("private", False)),
                             derived=list(self.table.derived), bounds=bounds)
@@ -345,6 +372,13 @@ class _FunctionLowering:
                 if not isinstance(f.ty, TensorType):
                     raise LowerError(f"{self._where(i)}: call_tir argument {j} is not a tensor ({f.ty!r})")
             n_out = len(self.outputs[i])
+            if call.attr("inplace") is not None:
+                if len(prim.params) != len(fields):
+                    raise LowerError(f"{self._where(i)}: in-place call_tir '{callee.name}' with {len(fields)} "
+                                     f"arguments, but the tensor program has {len(prim.params)} parameters")
+                in_regs = [value(f, i) for f in fields]
+                code.append(Instruction(Op.CALL_KERNEL, [self.tables.kernel(callee.name), len(in_regs), *in_regs]))
+                return in_regs[int(call.attr("inplace"))]
             if len(prim.params) != len(fields) + n_out:
                 raise LowerError(f"{self._where(i)}: call_tir '{callee.name}' with {len(fields)} inputs and "
                                  f"{n_out} outputs, but the tensor program has {len(prim.params)} parameters")

@@ -481,7 +481,9 @@ def _symbolic_slice(op, dim, b, e, s: int, assume_in_bounds: bool = False):
     it), so the length is plainly ``e - b``."""
     from .. import arith
     from ..ir.functor import collect
-    dtype = dim.dtype if isinstance(dim, PrimExpr) and dim.dtype == "int64" else "int64"
+    # one index dtype for the whole plan: the symbolic operands' (casts would hide b - b == 0)
+    syms = [x for x in (dim, b, e) if isinstance(x, PrimExpr) and not isinstance(x, IntImm)]
+    dtype = syms[0].dtype if syms and all(x.dtype == syms[0].dtype for x in syms) else "int64"
     dim = IntImm(int(dim.value), dtype) if isinstance(dim, IntImm) else dim
     ranges = {v: (0, 2 ** 62) for x in (dim, b, e) if isinstance(x, PrimExpr) for v in collect(x, Var)}
 

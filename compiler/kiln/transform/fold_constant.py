@@ -86,7 +86,9 @@ def _fold(value: GraphExpr, mod: IRModule, ctx: PassContext) -> Optional[GraphEx
     if value.op == "call_tir":
         gv, args = value.args
         func = mod.functions.get(gv.name)
-        if isinstance(func, PrimFunc) and all(isinstance(a, Constant) for a in args.fields):
+        # "kiln.no_fold": the call makes fresh memory each time (a KV cache to update in place)
+        if isinstance(func, PrimFunc) and all(isinstance(a, Constant) for a in args.fields) \
+                and not value.attr("kiln.no_fold"):
             return _run_prim_func(gv.name, func, [a.data for a in args.fields], value.ty, ctx)
     return None
 

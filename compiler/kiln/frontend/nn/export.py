@@ -148,6 +148,7 @@ def export(module, spec, bounds=None) -> Tuple[IRModule, List[Tuple[str, spec_mo
     module_names = {id(m): name for name, m in module.named_modules()}
     symbols: Dict[str, Var] = {}  # one Var per dim name across the whole export
     functions = {}
+    prim_funcs = {}  # tensor programs called directly (an in-place KV cache write)
     for fname, fspec in spec.items():
         inputs = _signature_inputs(module, fname, fspec)
         in_vars = [GraphVar(arg, s.to_type(symbols)) for arg, s in inputs]
@@ -159,9 +160,10 @@ def export(module, spec, bounds=None) -> Tuple[IRModule, List[Tuple[str, spec_mo
         finally:
             _TRACES.pop()
         functions[fname] = _build(in_vars + w_vars, len(in_vars), trace, result)
+        prim_funcs.update(trace.prim_funcs)
     param_spec = [(name, spec_mod.Tensor(p.shape, p.dtype)) for name, p in weights]
     try:
-        mod = with_bounds(IRModule(functions), bounds or {})
+        mod = with_bounds(IRModule({**functions, **prim_funcs}), bounds or {})
     except ValueError as e:
         raise SpecError(f"export: {e}") from None
     return mod, param_spec

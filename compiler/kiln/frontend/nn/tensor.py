@@ -40,6 +40,7 @@ class Trace:
         self.module_names = module_names or {}  # id(Module) -> qualified name
         self.bindings: List[Binding] = []
         self.scopes: List[Tuple[str, str]] = []
+        self.prim_funcs: Dict[str, object] = {}  # tensor programs the bindings call (kv_cache.py)
 
     def bind(self, value: GraphExpr) -> GraphVar:
         var = GraphVar(f"_t{len(self.bindings)}", value.ty)

@@ -1,0 +1,49 @@
+"""Greedy generation from an exported language model (examples/export_gpt.py):
+
+    python examples/generate.py gpt.so 5 17 33 [--steps 32]
+
+Loads the one artifact, creates its KV cache, prefills the prompt's token ids, then decodes
+``--steps`` tokens greedily and prints them, space separated. The cache is updated in place by
+every call; the tokens so far live in one buffer, passed as views (no copies).
+"""
+import argparse
+
+import numpy as np
+
+import kiln
+
+
+def generate(vm, prompt, steps: int):
+    """The ``steps`` greedy tokens after ``prompt`` (a list of token ids)."""
+    kv = vm["create_cache"]()                      # zeros, [layers, 2, heads, max_len, head_dim]
+    max_len = kv.shape[3]
+    if not (1 <= len(prompt) and len(prompt) + steps - 1 <= max_len):
+        raise ValueError(f"a prompt of {len(prompt)} tokens and {steps} steps exceed {max_len} positions")
+    tokens = np.zeros((1, max_len), np.int64)
+    tokens[0, :len(prompt)] = prompt
+    t = len(prompt)
+    logits, kv = vm["prefill"](tokens[:, :t], kv)  # logits of the last prompt token
+    out = []
+    for _ in range(steps):
+        nxt = int(np.argmax(logits.numpy()[0]))
+        out.append(nxt)
+        if len(out) == steps:
+            break
+        tokens[0, t] = nxt
+        t += 1
+        logits, kv = vm["decode"](tokens[:, :t], kv)  # one step: O(t)
+    return out
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("model", help="the artifact from export_gpt.py")
+    p.add_argument("prompt", type=int, nargs="+", help="the prompt's token ids")
+    p.add_argument("--steps", type=int, default=32)
+    args = p.parse_args()
+    vm = kiln.VirtualMachine(args.model, kiln.cpu())
+    print(" ".join(str(t) for t in generate(vm, args.prompt, args.steps)))
+
+
+if __name__ == "__main__":
+    main()
