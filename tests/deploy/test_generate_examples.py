@@ -1,0 +1,89 @@
+"""The generation examples in all four languages (examples/generate.py, c/generate.c,
+cpp/generate.cpp, java/Generate.java) load one artifact exported by examples/export_gpt.py,
+prefill a prompt and greedily decode 32 tokens: each prints exactly the tokens of the PyTorch
+reference model (tests/dynamic/gpt2_reference.py) with the same weights."""
+from __future__ import annotations
+
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "dynamic"))
+from gpt2_reference import GPT2  # noqa: E402
+
+STEPS = 32
+PROMPTS = ([5, 17, 33, 2, 90], [7], list(range(3, 67)))  # 5, 1 and 64 tokens
+
+
+@pytest.fixture(scope="module")
+def artifact(tmp_path_factory):
+    out = tmp_path_factory.mktemp("gpt")
+    ref = GPT2(seed=0)
+    np.savez(out / "w.npz", **{k: v.detach().numpy() for k, v in ref.state_dict().items()})
+    run = subprocess.run([sys.executable, str(ROOT / "examples" / "export_gpt.py"), str(out / "w.npz"),
+                          "-o", str(out / "gpt.so"), "--layers", "2", "--heads", "4"],
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stderr[-3000:]
+    return out / "gpt.so", {tuple(p): ref.generate(p, STEPS) for p in PROMPTS}
+
+
+def _tokens(run):
+    assert run.returncode == 0, run.stderr[-3000:]
+    return [int(t) for t in run.stdout.split()]
+
+
+def test_python(artifact):
+    so, want = artifact
+    for prompt, tokens in want.items():
+        run = subprocess.run([sys.executable, str(ROOT / "examples" / "generate.py"), str(so),
+                              *map(str, prompt), "--steps", str(STEPS)], capture_output=True, text=True,
+                             timeout=300)
+        assert _tokens(run) == tokens, prompt
+
+
+def _build(cmd, tmp_path):
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr[-3000:]
+
+
+@pytest.mark.parametrize("lang", ["c", "cpp"])
+def test_c_and_cpp(artifact, tmp_path, lang, build_lock):
+    if shutil.which("gcc" if lang == "c" else "g++") is None:
+        pytest.skip(f"needs a {lang} compiler")
+    so, want = artifact
+    with build_lock():
+        subprocess.run(["make", "-s", "-C", str(ROOT / "runtime_c")], check=True, timeout=300)
+        runtime = tmp_path / "libkiln_runtime.a"
+        shutil.copyfile(ROOT / "runtime_c" / "build" / "libkiln_runtime.a", runtime)
+    exe = tmp_path / "generate"
+    inc = [f"-I{ROOT / 'runtime_c' / 'include'}", f"-I{ROOT / 'bindings' / 'cpp'}"]
+    if lang == "c":
+        cmd = ["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-O2", *inc, str(ROOT / "examples/c/generate.c")]
+    else:
+        cmd = ["g++", "-std=c++17", "-Wall", "-Wextra", "-Werror", "-O2", *inc, str(ROOT / "examples/cpp/generate.cpp")]
+    _build(cmd + [str(runtime), "-o", str(exe), "-ldl", "-lpthread", "-lm"], tmp_path)
+    for prompt, tokens in want.items():
+        run = subprocess.run([str(exe), str(so), str(STEPS), *map(str, prompt)], capture_output=True,
+                             text=True, timeout=300)
+        assert _tokens(run) == tokens, prompt
+    # a wrong artifact path: a clear error, not a crash
+    run = subprocess.run([str(exe), str(tmp_path / "nope.so"), "4", "1"], capture_output=True, text=True)
+    assert run.returncode == 1 and "nope.so" in run.stderr
+
+
+def test_java(artifact, java_build, tmp_path):
+    so, want = artifact
+    classes = tmp_path / "classes"
+    _build([str(java_build["javac"]), "--release", "11", "-Xlint:all", "-Werror", "-cp", str(java_build["jar"]),
+            "-d", str(classes), str(ROOT / "examples" / "java" / "Generate.java")], tmp_path)
+    for prompt, tokens in want.items():
+        run = subprocess.run([str(java_build["java"]), "-cp", f"{java_build['jar']}:{classes}",
+                              f"-Djava.library.path={java_build['lib_dir']}", "Generate", str(so), str(STEPS),
+                              *map(str, prompt)], capture_output=True, text=True, timeout=300)
+        assert _tokens(run) == tokens, prompt
