@@ -49,7 +49,7 @@ CASES = {
     "reductions": (lambda x: (x.sum(), x.sum(1), x.mean((1, 2), keepdim=True), x.amax(-1), x.amin(0),
                               x.max(1)[0], x.max(1)[1], x.argmax(-1), x.argmin(1, keepdim=True),
                               x.var(1), x.std(-1, keepdim=True), x.prod(2), (x > 0).any(1), (x > -3).all(),
-                              x.var(2, correction=0)),
+                              x.var(2, correction=0), *x.topk(2, dim=1), x.topk(3, largest=False)[0]),
                    [randn(2, 3, 4)]),
     "softmax_family": (lambda x: (x.softmax(-1), x.log_softmax(1), F.softmax(x, dim=0)), [randn(3, 7)]),
     "view_permute_expand": (lambda x: (x.view(6, 4), x.reshape(2, -1), x.permute(2, 0, 1), x.transpose(0, 1),

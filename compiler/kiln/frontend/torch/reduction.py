@@ -92,3 +92,10 @@ def var(ctx: Ctx, node, args, kwargs):
     if corr:
         v = ctx.op("multiply", v, ctx.const(n / max(n - corr, 0), d))
     return ctx.op("sqrt", v) if str(node.target).startswith("aten.std") else v
+
+
+@converter("aten.topk")
+def topk(ctx: Ctx, node, args, kwargs):
+    a = bind(node, args, kwargs)
+    x = a["self"]
+    return ctx.op("topk", x, k=int(a["k"]), axis=norm_axis(int(a["dim"]), ndim(x)), largest=bool(a["largest"]))

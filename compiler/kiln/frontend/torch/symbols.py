@@ -39,6 +39,9 @@ class SymbolTable:
             return int(e)
         if e.is_Symbol:
             if e not in self.vars:
+                if str(e).startswith("u"):      # torch's unbacked symbols: sizes read from data
+                    raise Unsupported(f"a size read from tensor data at run time ({e}) is not supported "
+                                      "(data-dependent shapes; Kiln's sizes come from the inputs' shapes)")
                 raise Unsupported(f"symbolic size {e} is not a dim of any input")
             return self.vars[e]
         args = [self.expr(a) for a in e.args]
