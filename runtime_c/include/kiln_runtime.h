@@ -425,6 +425,31 @@ KILN_API kiln_status_t kiln_set_num_threads(int32_t num_threads);
 /* The number of threads parallel loops use (>= 1). */
 KILN_API int32_t kiln_get_num_threads(void);
 
+/* A host application's thread pool, for a VM's kernels to run their parallel loops on instead of
+ * the runtime's pool (kiln_vm_set_thread_pool). parallel_launch(pool, fn, closure, num_tasks)
+ * must run fn(t, num_tasks, closure) for every t in [0, num_tasks), possibly concurrently, return
+ * when all are done, and return 0 or the first non-zero value a task returned; num_tasks is at
+ * most num_threads. A launch from inside a task should run its tasks serially on that thread.
+ * This is the kernel ABI's own contract (kiln_kernel_ctx_t in kiln_kernel_abi.h). */
+typedef struct kiln_thread_pool_t {
+  int32_t num_threads; /* how many tasks it runs at once (>= 1) */
+  void* pool;          /* passed back to parallel_launch; owned by the host */
+  int32_t (*parallel_launch)(void* pool, kiln_task_fn fn, void* closure, int64_t num_tasks);
+} kiln_thread_pool_t;
+
+/* Per VM (a module of kind "vm", from load_executable): how many threads its kernels' parallel
+ * loops use, at most; 0 (the default) follows kiln_get_num_threads(). With the runtime's pool a
+ * count above kiln_get_num_threads() runs on that many workers only. Set it before calling the
+ * VM's functions, not while another thread calls them. Errors: KILN_ERR_INVALID_ARGUMENT (NULL,
+ * negative, not a VM module). */
+KILN_API kiln_status_t kiln_vm_set_num_threads(kiln_module_t* vm, int32_t num_threads);
+
+/* Makes the VM's kernels run their parallel loops on `pool` (copied; pool->pool is borrowed and
+ * must stay valid while the VM runs), NULL to return to the runtime's pool. A count set with
+ * kiln_vm_set_num_threads still caps the tasks per loop. Same threading rule as above. Errors:
+ * KILN_ERR_INVALID_ARGUMENT (NULL or non-VM module, num_threads < 1, NULL parallel_launch). */
+KILN_API kiln_status_t kiln_vm_set_thread_pool(kiln_module_t* vm, const kiln_thread_pool_t* pool);
+
 /* ---------------------------------------------------------------------------------------------
  * A caller-provided arena (embedded use: no allocation after init)
  *

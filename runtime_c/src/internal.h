@@ -185,9 +185,10 @@ int kiln_dtype_supported(uint8_t code, uint8_t bits, uint16_t lanes, int allow_v
 kiln_status_t kiln_kernel_check_args(const kiln_kernel_info_t* k, const kiln_value_t* args,
                                      int32_t num_args, int64_t* sym_values);
 
-/* A checked kernel call (what calling a kernel function does). */
+/* A checked kernel call (what calling a kernel function does). `ctx`: the thread pool the kernel
+ * gets (a VM's own), NULL for the runtime's pool. */
 kiln_status_t kiln_kernel_call_checked(const kiln_kernel_info_t* k, const kiln_value_t* args,
-                                       int32_t num_args);
+                                       int32_t num_args, const kiln_kernel_ctx_t* ctx);
 
 /* ---- the VM (vm_loader.c, vm.c) ------------------------------------------------------------- */
 

@@ -288,7 +288,7 @@ kiln_status_t kiln_kernel_check_args(const kiln_kernel_info_t* k, const kiln_val
 }
 
 kiln_status_t kiln_kernel_call_checked(const kiln_kernel_info_t* k, const kiln_value_t* args,
-                                       int32_t num_args) {
+                                       int32_t num_args, const kiln_kernel_ctx_t* ctx) {
   /* Bounded by the load-time limits, so no allocation per call. */
   DLTensor* tensors[KILN_MAX_KERNEL_PARAMS];
   int64_t sym_values[KILN_MAX_KERNEL_SYMS];
@@ -297,9 +297,12 @@ kiln_status_t kiln_kernel_call_checked(const kiln_kernel_info_t* k, const kiln_v
   for (int32_t i = 0; i < num_args; ++i) tensors[i] = kiln_tensor_dltensor(args[i].u.tensor);
   st = check_no_overlap(k, tensors, num_args);
   if (st != KILN_OK) return st;
-  kiln_kernel_ctx_t ctx;
-  kiln_thread_pool_kernel_ctx(&ctx);
-  int32_t rc = k->fn(&ctx, tensors, num_args);
+  kiln_kernel_ctx_t runtime_pool;
+  if (ctx == NULL) {
+    kiln_thread_pool_kernel_ctx(&runtime_pool);
+    ctx = &runtime_pool;
+  }
+  int32_t rc = k->fn(ctx, tensors, num_args);
   if (rc != 0)
     return kiln_error(KILN_ERR_RUNTIME, "%s: kernel returned error code %d", k->name, (int)rc);
   return KILN_OK;
@@ -308,7 +311,7 @@ kiln_status_t kiln_kernel_call_checked(const kiln_kernel_info_t* k, const kiln_v
 static kiln_status_t kernel_call(kiln_function_t* function, const kiln_value_t* args,
                                  int32_t num_args, kiln_value_t* out_result) {
   (void)out_result; /* kernels return nothing: outputs are arguments */
-  return kiln_kernel_call_checked(((kernel_function_t*)function)->kernel, args, num_args);
+  return kiln_kernel_call_checked(((kernel_function_t*)function)->kernel, args, num_args, NULL);
 }
 
 static void kernel_destroy(kiln_function_t* function) { kiln_mem_free(function); }

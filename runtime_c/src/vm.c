@@ -26,6 +26,15 @@ typedef struct {
   kiln_module_t* library; /* one reference: the kernels and the blob live there */
   kiln_vm_program_t* program;
   vm_state_t* state;      /* newest first; NULL before init; accessed atomically */
+  int32_t num_threads;    /* kiln_vm_set_num_threads: at most this many tasks per loop; 0 none */
+  int use_host_pool;      /* kiln_vm_set_thread_pool: run parallel loops on host_pool */
+  kiln_kernel_ctx_t host_pool;
+  /* kiln_vm_set_arena: calls take their frames and outputs from this caller-provided memory,
+   * bump-allocated from arena_top, which each call of a graph function resets (outputs live
+   * until the next call); arena_busy admits one call at a time. */
+  uint8_t* arena;
+  size_t arena_bytes, arena_top;
+  int32_t arena_busy;
 } vm_module_t;
 
 enum { FN_INIT = -1, FN_PROFILE = -2, NUM_BUILTINS = 2 };
@@ -37,6 +46,7 @@ typedef struct {
 
 typedef struct {
   int32_t refcount; /* the call, plus one per live arena view */
+  int32_t in_arena; /* in the caller's arena (kiln_vm_set_arena): never freed here */
 } frame_t;
 
 typedef struct {
@@ -44,7 +54,8 @@ typedef struct {
 } prof_slot_t;
 
 static void frame_release(void* frame) {
-  if (KILN_ATOMIC_DEC(&((frame_t*)frame)->refcount) == 0) kiln_mem_free(frame);
+  if (KILN_ATOMIC_DEC(&((frame_t*)frame)->refcount) == 0 && !((frame_t*)frame)->in_arena)
+    kiln_mem_free(frame);
 }
 
 /* "forward: instruction 3 (CALL_KERNEL): <the message the failing step left>". */
@@ -55,14 +66,32 @@ static kiln_status_t context_error(const kiln_vm_function_t* f, uint32_t pc, kil
                     kiln_vm_opcode_name(f->code[pc].op), inner);
 }
 
+#define ALIGN_UP(n) (((n) + KILN_ALIGNMENT - 1) & ~(size_t)(KILN_ALIGNMENT - 1))
+
+/* `nbytes` of the caller's arena, KILN_ALIGNMENT-aligned; NULL (with the error set) when it is
+ * full, which kiln_vm_set_arena's size check rules out for every shape the VM accepts. */
+static void* arena_take(vm_module_t* vm, const char* fn, size_t nbytes) {
+  size_t at = ALIGN_UP(vm->arena_top);
+  if (at > vm->arena_bytes || nbytes > vm->arena_bytes - at) {
+    kiln_error(KILN_ERR_OUT_OF_MEMORY, "%s: the arena of %zu bytes (kiln_vm_set_arena) is full: "
+               "%zu more bytes needed at offset %zu", fn, vm->arena_bytes, nbytes, at);
+    return NULL;
+  }
+  vm->arena_top = at + nbytes;
+  return vm->arena + at;
+}
+
+/* An output tensor in the arena owns nothing: the next call reuses its memory. */
+static void arena_keep(void* ctx) { (void)ctx; }
+
 static void set_reg(kiln_value_t* reg, kiln_value_t value) {
   kiln_value_release(reg);
   *reg = value;
 }
 
 /* ALLOC_ARENA and ALLOC_OUTPUT: the tensor for `in` with its symbolic dims bound. */
-static kiln_status_t alloc_tensor(const kiln_vm_function_t* f, uint32_t pc, const int64_t* sym,
-                                  uint8_t* frame, kiln_value_t* out) {
+static kiln_status_t alloc_tensor(vm_module_t* vm, const kiln_vm_function_t* f, uint32_t pc,
+                                  const int64_t* sym, uint8_t* frame, kiln_value_t* out) {
   const kiln_vm_instr_t* in = &f->code[pc];
   int arena = in->op == KILN_OP_ALLOC_ARENA;
   const int64_t* dt = in->ops + (arena ? 2 : 1);
@@ -71,7 +100,17 @@ static kiln_status_t alloc_tensor(const kiln_vm_function_t* f, uint32_t pc, cons
   int64_t shape[KILN_MAX_NDIM];
   for (int32_t d = 0; d < ndim; ++d) shape[d] = dt[4 + d] >= 0 ? dt[4 + d] : sym[-1 - dt[4 + d]];
   kiln_tensor_t* t = NULL;
-  if (!arena) {
+  if (!arena && vm->arena) {
+    uint64_t nbytes = 0;
+    size_t head = ALIGN_UP(kiln_tensor_embedded_size(ndim));
+    if (!kiln_vm_shape_nbytes(shape, ndim, ((uint64_t)dtype.bits * dtype.lanes + 7) / 8, &nbytes) ||
+        nbytes > SIZE_MAX - head)
+      return kiln_error(KILN_ERR_SHAPE_MISMATCH, "%s: instruction %u (ALLOC_OUTPUT): the output's "
+                        "size overflows", f->name, (unsigned)pc);
+    uint8_t* mem = arena_take(vm, f->name, head + (size_t)nbytes);
+    if (!mem) return KILN_ERR_OUT_OF_MEMORY;
+    t = kiln_tensor_init_embedded(mem, shape, ndim, dtype, mem + head, arena_keep, NULL);
+  } else if (!arena) {
     kiln_status_t st = kiln_tensor_create(shape, ndim, dtype, (DLDevice){kDLCPU, 0}, &t);
     if (st != KILN_OK) return context_error(f, pc, st);
   } else {
@@ -115,8 +154,15 @@ static kiln_status_t read_condition(const kiln_vm_function_t* f, uint32_t pc, co
   return KILN_OK;
 }
 
+/* The thread pool this VM's kernels get: the host's or the runtime's, capped at its count. */
+static void vm_kernel_ctx(const vm_module_t* vm, kiln_kernel_ctx_t* ctx) {
+  if (vm->use_host_pool) *ctx = vm->host_pool;
+  else kiln_thread_pool_kernel_ctx(ctx);
+  if (vm->num_threads > 0 && ctx->num_threads > vm->num_threads) ctx->num_threads = vm->num_threads;
+}
+
 /* Runs graph function `f`; with `prof`, accumulates per-kernel / extern / opcode times. */
-static kiln_status_t run(const vm_module_t* vm, const vm_state_t* state,
+static kiln_status_t run(vm_module_t* vm, const vm_state_t* state,
                          const kiln_vm_function_t* f, const kiln_value_t* args, int32_t num_args,
                          prof_slot_t* prof, kiln_value_t* out_result) {
   const kiln_vm_program_t* prog = vm->program;
@@ -132,12 +178,14 @@ static kiln_status_t run(const vm_module_t* vm, const vm_state_t* state,
                         "bound %lld (the largest the model was compiled for)", f->name, dim,
                         (long long)sym[s], (long long)f->bounds[s]);
     }
-  uint8_t* frame = kiln_mem_alloc(f->frame_size);
+  uint8_t* frame = vm->arena ? arena_take(vm, f->name, f->frame_size) : kiln_mem_alloc(f->frame_size);
+  if (!frame && vm->arena) return KILN_ERR_OUT_OF_MEMORY;
   if (!frame)
     return kiln_error(KILN_ERR_OUT_OF_MEMORY, "%s: out of memory allocating the call's %zu bytes "
                       "(registers and an arena of %llu bytes)", f->name, f->frame_size,
                       (unsigned long long)f->arena_size);
   ((frame_t*)frame)->refcount = 1;
+  ((frame_t*)frame)->in_arena = vm->arena != NULL;
   kiln_value_t* regs = (kiln_value_t*)(frame + f->off_regs);
   kiln_value_t* scratch = (kiln_value_t*)(frame + f->off_scratch);
   memset(regs, 0, (size_t)f->num_registers * sizeof *regs); /* KILN_VALUE_NULL */
@@ -146,6 +194,8 @@ static kiln_status_t run(const vm_module_t* vm, const vm_state_t* state,
     kiln_tensor_retain(args[i].u.tensor);
   }
   uint32_t op_base = prog->num_kernels + prog->num_externs;
+  kiln_kernel_ctx_t kctx;
+  vm_kernel_ctx(vm, &kctx);
   int done = 0;
   for (uint32_t pc = 0; pc < f->num_instrs && !done && st == KILN_OK; ++pc) {
     const kiln_vm_instr_t* in = &f->code[pc];
@@ -162,7 +212,7 @@ static kiln_status_t run(const vm_module_t* vm, const vm_state_t* state,
         break;
       case KILN_OP_ALLOC_ARENA:
       case KILN_OP_ALLOC_OUTPUT:
-        st = alloc_tensor(f, pc, sym, frame, &v);
+        st = alloc_tensor(vm, f, pc, sym, frame, &v);
         if (st == KILN_OK) set_reg(&regs[o[0]], v);
         break;
       case KILN_OP_CALL_KERNEL: {
@@ -171,7 +221,7 @@ static kiln_status_t run(const vm_module_t* vm, const vm_state_t* state,
         for (int32_t j = 0; j < n; ++j) scratch[j] = regs[o[2 + j]];
         slot = (uint32_t)o[0];
         /* The checked call refuses read-only tensors (constants) for written parameters. */
-        st = kiln_kernel_call_checked(k, scratch, n);
+        st = kiln_kernel_call_checked(k, scratch, n, &kctx);
         if (st != KILN_OK) st = context_error(f, pc, st);
         break;
       }
@@ -186,6 +236,12 @@ static kiln_status_t run(const vm_module_t* vm, const vm_state_t* state,
       }
       case KILN_OP_MAKE_TUPLE: {
         int32_t n = (int32_t)o[1];
+        if (vm->arena) { /* tuples are heap objects; the arena holds tensors only */
+          st = kiln_error(KILN_ERR_UNSUPPORTED, "%s: instruction %u (MAKE_TUPLE): a function that "
+                          "returns several values cannot run in a caller's arena", f->name,
+                          (unsigned)pc);
+          break;
+        }
         kiln_tuple_t* t = kiln_tuple_alloc(n);
         if (!t) {
           st = kiln_error(KILN_ERR_OUT_OF_MEMORY, "%s: instruction %u (MAKE_TUPLE): out of memory",
@@ -374,7 +430,16 @@ static kiln_status_t vm_call(kiln_function_t* function, const kiln_value_t* args
   const kiln_vm_function_t* f = &vm->program->functions[index];
   const vm_state_t* state = KILN_ATOMIC_LOAD(&vm->state);
   if (!state) return not_initialized(f->name);
-  return run(vm, state, f, args, num_args, NULL, out_result);
+  if (!vm->arena) return run(vm, state, f, args, num_args, NULL, out_result);
+  int32_t idle = 0;
+  if (!KILN_ATOMIC_CAS(&vm->arena_busy, &idle, 1))
+    return kiln_error(KILN_ERR_INVALID_STATE, "%s: another call is running in this VM's arena "
+                      "(kiln_vm_set_arena admits one call at a time)", f->name);
+  vm->arena_top = 0;
+  kiln_status_t st = run(vm, state, f, args, num_args, NULL, out_result);
+  int32_t busy = 1;
+  KILN_ATOMIC_CAS(&vm->arena_busy, &busy, 0);
+  return st;
 }
 
 static void vm_function_destroy(kiln_function_t* function) { kiln_mem_free(function); }
@@ -443,6 +508,123 @@ kiln_status_t kiln_vm_module_create(kiln_module_t* library, const kiln_library_i
   vm->library = library;
   vm->program = program;
   vm->state = NULL;
+  vm->num_threads = 0;
+  vm->use_host_pool = 0;
+  memset(&vm->host_pool, 0, sizeof vm->host_pool);
+  vm->arena = NULL;
+  vm->arena_bytes = vm->arena_top = 0;
+  vm->arena_busy = 0;
   *out_module = &vm->base;
+  return KILN_OK;
+}
+
+static vm_module_t* as_vm(kiln_module_t* module, const char* what) {
+  if (module == NULL || module->vtable != &kVmVtable) {
+    kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: expected a VM module (from load_executable), got %s",
+               what, module ? kiln_module_kind(module) : "NULL");
+    return NULL;
+  }
+  return (vm_module_t*)module;
+}
+
+kiln_status_t kiln_vm_set_num_threads(kiln_module_t* module, int32_t num_threads) {
+  vm_module_t* vm = as_vm(module, "kiln_vm_set_num_threads");
+  if (vm == NULL) return KILN_ERR_INVALID_ARGUMENT;
+  if (num_threads < 0)
+    return kiln_error(KILN_ERR_INVALID_ARGUMENT, "kiln_vm_set_num_threads: %d is negative",
+                      (int)num_threads);
+  vm->num_threads = num_threads;
+  return KILN_OK;
+}
+
+kiln_status_t kiln_vm_set_thread_pool(kiln_module_t* module, const kiln_thread_pool_t* pool) {
+  vm_module_t* vm = as_vm(module, "kiln_vm_set_thread_pool");
+  if (vm == NULL) return KILN_ERR_INVALID_ARGUMENT;
+  if (pool == NULL) {
+    vm->use_host_pool = 0;
+    return KILN_OK;
+  }
+  if (pool->num_threads < 1 || pool->parallel_launch == NULL)
+    return kiln_error(KILN_ERR_INVALID_ARGUMENT, "kiln_vm_set_thread_pool: the pool needs "
+                      "num_threads >= 1 (got %d) and a parallel_launch function%s",
+                      (int)pool->num_threads, pool->parallel_launch ? "" : " (got NULL)");
+  vm->host_pool.abi_version = KILN_KERNEL_ABI_VERSION;
+  vm->host_pool.num_threads = pool->num_threads;
+  vm->host_pool.pool = pool->pool;
+  vm->host_pool.parallel_launch = pool->parallel_launch;
+  vm->use_host_pool = 1;
+  return KILN_OK;
+}
+
+/* ---- a caller-provided arena ------------------------------------------------------------------- */
+
+/* What one call of `f` takes from the arena: its frame, every output it allocates, and for each
+ * IF the larger of its branches' needs (nothing is given back before the call ends). Output
+ * shapes must be static; recursion is bounded by the loader's IF depth check. */
+static kiln_status_t arena_need(const kiln_vm_program_t* prog, const kiln_vm_function_t* f,
+                                uint64_t* out) {
+  uint64_t n = ALIGN_UP(f->frame_size) + KILN_ALIGNMENT;
+  for (uint32_t pc = 0; pc < f->num_instrs; ++pc) {
+    const kiln_vm_instr_t* in = &f->code[pc];
+    if (in->op == KILN_OP_ALLOC_OUTPUT) {
+      const int64_t* dt = in->ops + 1;
+      uint64_t nbytes = 0;
+      if (in->symbolic ||
+          !kiln_vm_shape_nbytes(dt + 4, (int32_t)dt[3], ((uint64_t)dt[1] * (uint64_t)dt[2] + 7) / 8, &nbytes))
+        return kiln_error(KILN_ERR_UNSUPPORTED, "%s: an output of symbolic shape cannot be placed "
+                          "in a caller's arena", f->name);
+      n += ALIGN_UP(kiln_tensor_embedded_size((int32_t)dt[3])) + ALIGN_UP(nbytes) + KILN_ALIGNMENT;
+    } else if (in->op == KILN_OP_MAKE_TUPLE) {
+      return kiln_error(KILN_ERR_UNSUPPORTED, "%s: a function that returns several values cannot "
+                        "run in a caller's arena", f->name);
+    } else if (in->op == KILN_OP_IF) {
+      uint64_t a = 0, b = 0;
+      kiln_status_t st = arena_need(prog, &prog->functions[in->ops[2]], &a);
+      if (st == KILN_OK) st = arena_need(prog, &prog->functions[in->ops[3]], &b);
+      if (st != KILN_OK) return st;
+      n += a > b ? a : b;
+    }
+  }
+  *out = n;
+  return KILN_OK;
+}
+
+kiln_status_t kiln_vm_arena_bytes(kiln_module_t* module, uint64_t* out_nbytes) {
+  vm_module_t* vm = as_vm(module, "kiln_vm_arena_bytes");
+  if (vm == NULL) return KILN_ERR_INVALID_ARGUMENT;
+  if (out_nbytes == NULL)
+    return kiln_error(KILN_ERR_INVALID_ARGUMENT, "kiln_vm_arena_bytes: out_nbytes is NULL");
+  const kiln_vm_program_t* prog = vm->program;
+  uint64_t most = 0;
+  for (uint32_t i = 0; i < prog->num_public; ++i) {
+    uint64_t n = 0;
+    kiln_status_t st = arena_need(prog, &prog->functions[prog->public_functions[i]], &n);
+    if (st != KILN_OK) return st;
+    if (n > most) most = n;
+  }
+  *out_nbytes = most;
+  return KILN_OK;
+}
+
+kiln_status_t kiln_vm_set_arena(kiln_module_t* module, void* arena, size_t nbytes) {
+  vm_module_t* vm = as_vm(module, "kiln_vm_set_arena");
+  if (vm == NULL) return KILN_ERR_INVALID_ARGUMENT;
+  if (arena == NULL) {
+    vm->arena = NULL;
+    vm->arena_bytes = 0;
+    return KILN_OK;
+  }
+  if ((uintptr_t)arena % KILN_ALIGNMENT != 0)
+    return kiln_error(KILN_ERR_INVALID_ARGUMENT, "kiln_vm_set_arena: the arena must be %d-byte "
+                      "aligned", KILN_ALIGNMENT);
+  uint64_t need = 0;
+  kiln_status_t st = kiln_vm_arena_bytes(module, &need);
+  if (st != KILN_OK) return st;
+  if ((uint64_t)nbytes < need)
+    return kiln_error(KILN_ERR_INVALID_ARGUMENT, "kiln_vm_set_arena: the arena has %zu bytes, the "
+                      "executable's functions need %llu", nbytes, (unsigned long long)need);
+  vm->arena = arena;
+  vm->arena_bytes = nbytes;
+  vm->arena_top = 0;
   return KILN_OK;
 }

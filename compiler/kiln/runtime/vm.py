@@ -12,7 +12,7 @@ graph function (docs/executable-format.md).
 import os
 from typing import NamedTuple
 
-from ._base import KilnError, lib
+from ._base import KilnError, check, lib
 from .device import Device, cpu
 from .module import Module, load_module
 from .timing import time_evaluator
@@ -23,14 +23,15 @@ class VirtualMachine:
 
     ``executable`` is an ``Executable`` (from ``kiln.compile``), a runtime Module (a library
     from ``kiln.load_module("model.so")``, or a VM module from its ``load_executable``) or the
-    path of an exported library. ``device`` defaults to ``kiln.cpu()``.
+    path of an exported library. ``device`` defaults to ``kiln.cpu()``. ``num_threads`` caps the
+    threads of this VM's parallel loops (``set_num_threads``).
     ``vm["forward"]`` is a ``kiln.Function``: call it with NDArrays or numpy arrays (shared
     without copying); it returns an NDArray or a tuple. Errors raise ``kiln.KilnError`` with the
     runtime's message, e.g. ``forward: argument 0 'x' expected shape (1, 784), got (1, 785)``.
     Calls may run concurrently from several threads.
     """
 
-    def __init__(self, executable, device=None):
+    def __init__(self, executable, device=None, num_threads=None):
         self._executable = None  # an Executable owns its library file: keep it alive
         if isinstance(executable, Module):
             module = executable
@@ -52,6 +53,15 @@ class VirtualMachine:
             device = Device(device)
         self.device = device if device is not None else cpu()
         module["init"](self.device)
+        if num_threads is not None:
+            self.set_num_threads(num_threads)
+
+    def set_num_threads(self, num_threads):
+        """Caps the threads this VM's kernels use for their parallel loops (0: follow the
+        process-wide ``kiln.set_num_threads``); other VMs keep their own. From C:
+        ``kiln_vm_set_num_threads``, and ``kiln_vm_set_thread_pool`` to run on the host
+        application's thread pool."""
+        check(lib.kiln_vm_set_num_threads(self.module._handle, int(num_threads)))
 
     @property
     def function_names(self):
