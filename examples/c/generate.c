@@ -77,13 +77,12 @@ int main(int argc, char** argv) {
     rc = fail("setting up the VM", st);
     goto done;
   }
-  int64_t max_len = kiln_tensor_dltensor(kv.u.tensor)->shape[3];
-  if (steps < 1 || n + steps - 1 > max_len) {
-    fprintf(stderr, "generate: %d prompt tokens and %d steps exceed the cache's %lld positions\n", n,
-            steps, (long long)max_len);
+  if (steps < 1) {
+    fprintf(stderr, "generate: STEPS must be at least 1\n");
     goto done;
   }
-  int64_t* tokens = calloc((size_t)max_len, sizeof *tokens);
+  /* (more tokens than the cache's positions: the runtime refuses the call, naming the limit) */
+  int64_t* tokens = calloc((size_t)(n + steps), sizeof *tokens);
   if (!tokens) goto done;
   for (int i = 0; i < n; i++) tokens[i] = atoll(argv[3 + i]);
   int64_t t = n, next = 0;

@@ -39,15 +39,14 @@ int main(int argc, char** argv) {
     vm.GetFunction("init")(kiln::Device::CPU());
     kiln::Function prefill = vm.GetFunction("prefill"), decode = vm.GetFunction("decode");
     kiln::NDArray kv = vm.GetFunction("create_cache")().AsNDArray();
-    int64_t max_len = kv.shape()[3];
-    std::vector<int64_t> tokens(size_t(max_len), 0);
+    if (steps < 1) {
+      std::fprintf(stderr, "generate: STEPS must be at least 1\n");
+      return 2;
+    }
+    // (more tokens than the cache's positions: the runtime refuses the call, naming the limit)
+    std::vector<int64_t> tokens(size_t(argc - 3 + steps), 0);
     int64_t t = 0;
     for (int i = 3; i < argc; ++i) tokens[size_t(t++)] = std::atoll(argv[i]);
-    if (steps < 1 || t + steps - 1 > max_len) {
-      std::fprintf(stderr, "generate: the prompt and %d steps exceed %lld positions\n", steps,
-                   (long long)max_len);
-      return 1;
-    }
     int64_t next = Step(prefill, tokens, t, kv);
     for (int k = 0; k < steps; ++k) {
       std::printf(k ? " %lld" : "%lld", (long long)next);

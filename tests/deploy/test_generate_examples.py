@@ -33,18 +33,51 @@ def artifact(tmp_path_factory):
     return out / "gpt.so", {tuple(p): ref.generate(p, STEPS) for p in PROMPTS}
 
 
+def corrupt_derived_entry(so: pathlib.Path, out: pathlib.Path) -> pathlib.Path:
+    """A copy of the artifact whose first function's first derived dimension has op 99."""
+    import struct
+    data = bytearray(so.read_bytes())
+    base = data.index(b"KILNEXE\0")
+    num, table = struct.unpack_from("<I", data, base + 24)[0], struct.unpack_from("<Q", data, base + 32)[0]
+    for i in range(num):
+        kind, _, off, _ = struct.unpack_from("<IIQQ", data, base + table + 24 * i)
+        if kind == 5:  # FUNCTIONS
+            entry = base + off + 4
+            num_sym = struct.unpack_from("<I", data, entry + 16)[0]
+            derived = entry + 20 + 4 * num_sym
+            assert struct.unpack_from("<I", data, derived)[0] >= 1  # prefill has derived dims
+            struct.pack_into("<I", data, derived + 4, 99)
+            out.write_bytes(bytes(data))
+            return out
+    raise AssertionError("no FUNCTIONS section")
+
+
+def _errors(cmd_for, artifact, tmp_path):
+    """Each language reports a corrupted derived-dim entry and a prompt longer than the cache
+    (a violated limit on a symbolic dim) as a clear error, exit status 1."""
+    so, _ = artifact
+    bad = corrupt_derived_entry(so, tmp_path / "bad.so")
+    run = subprocess.run(cmd_for(bad, ["3", "1", "2"]), capture_output=True, text=True, timeout=300)
+    assert run.returncode == 1 and "derived dimension 0 has unknown op 99" in run.stderr, run.stderr[-2000:]
+    run = subprocess.run(cmd_for(so, ["2"] + ["1"] * 130), capture_output=True, text=True, timeout=300)
+    assert run.returncode == 1 and "prefill: symbolic dimension 'n' = 130 exceeds its bound 128" in run.stderr, \
+        run.stderr[-2000:]
+
+
 def _tokens(run):
     assert run.returncode == 0, run.stderr[-3000:]
     return [int(t) for t in run.stdout.split()]
 
 
-def test_python(artifact):
+def test_python(artifact, tmp_path):
     so, want = artifact
     for prompt, tokens in want.items():
         run = subprocess.run([sys.executable, str(ROOT / "examples" / "generate.py"), str(so),
                               *map(str, prompt), "--steps", str(STEPS)], capture_output=True, text=True,
                              timeout=300)
         assert _tokens(run) == tokens, prompt
+    _errors(lambda so, args: [sys.executable, str(ROOT / "examples" / "generate.py"), str(so), *args[1:],
+                              "--steps", args[0]], artifact, tmp_path)
 
 
 def _build(cmd, tmp_path):
@@ -75,6 +108,7 @@ def test_c_and_cpp(artifact, tmp_path, lang, build_lock):
     # a wrong artifact path: a clear error, not a crash
     run = subprocess.run([str(exe), str(tmp_path / "nope.so"), "4", "1"], capture_output=True, text=True)
     assert run.returncode == 1 and "nope.so" in run.stderr
+    _errors(lambda so, args: [str(exe), str(so), *args], artifact, tmp_path)
 
 
 def test_java(artifact, java_build, tmp_path):
@@ -87,3 +121,6 @@ def test_java(artifact, java_build, tmp_path):
                               f"-Djava.library.path={java_build['lib_dir']}", "Generate", str(so), str(STEPS),
                               *map(str, prompt)], capture_output=True, text=True, timeout=300)
         assert _tokens(run) == tokens, prompt
+    _errors(lambda so, args: [str(java_build["java"]), "-cp", f"{java_build['jar']}:{classes}",
+                              f"-Djava.library.path={java_build['lib_dir']}", "Generate", str(so), *args],
+            artifact, tmp_path)
