@@ -59,6 +59,21 @@ def test_cast(src, dst, check_op, rand):
     check_op("cast", [x], {"dtype": dst})
 
 
+@pytest.mark.parametrize("dtype", ["uint16", "uint32", "uint64"])
+def test_unsigned_dtypes(dtype, check_op, rand):
+    """uint16/32/64 (ONNX UINT16/32/64): arithmetic wraps as unsigned, compares
+    as unsigned (values above the signed range included), casts to and from float."""
+    big = np.iinfo(dtype).max
+    a = rand((3, 5), dtype, low=0, high=1000)
+    b = rand((3, 5), dtype, low=1, high=1000)
+    a[0, :3] = [big, big - 1, big // 2 + 3]   # past the signed range of the same width
+    for op in ("add", "subtract", "multiply", "maximum", "minimum"):
+        check_op(op, [a, b])
+    check_op("less", [a, b])
+    check_op("cast", [a], {"dtype": "float64"})
+    check_op("cast", [rand((4,), "float32", low=0, high=60000)], {"dtype": dtype})
+
+
 @pytest.mark.parametrize("attrs", [{"min": -1.0, "max": 0.5}, {"min": 0.0}, {"max": 1.0}])
 def test_clip(attrs, check_op, rand):
     check_op("clip", [rand((4, 4))], attrs)

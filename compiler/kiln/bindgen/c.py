@@ -20,10 +20,12 @@ from typing import List
 from .signature import FunctionSig, TensorSig
 
 C_TYPES = {"float32": "float", "float64": "double", "int8": "int8_t", "int16": "int16_t",
-           "int32": "int32_t", "int64": "int64_t", "uint8": "uint8_t"}
+           "int32": "int32_t", "int64": "int64_t", "uint8": "uint8_t", "uint16": "uint16_t",
+           "uint32": "uint32_t", "uint64": "uint64_t"}
 _DL = {"float32": ("kDLFloat", 32), "float64": ("kDLFloat", 64), "int8": ("kDLInt", 8),
        "int16": ("kDLInt", 16), "int32": ("kDLInt", 32), "int64": ("kDLInt", 64),
-       "uint8": ("kDLUInt", 8)}
+       "uint8": ("kDLUInt", 8), "uint16": ("kDLUInt", 16), "uint32": ("kDLUInt", 32),
+       "uint64": ("kDLUInt", 64)}
 
 
 def c_type(t: TensorSig, fname: str) -> str:

@@ -19,6 +19,7 @@ F16, F32, F64 = ir.HalfType(), ir.FloatType(), ir.DoubleType()
 PTR = ir.PointerType()
 
 _SCALAR = {"bool": I1, "int8": I8, "int16": I16, "int32": I32, "int64": I64, "uint8": I8,
+           "uint16": I16, "uint32": I32, "uint64": I64,
            "float16": F16, "float32": F32, "float64": F64}
 
 

@@ -11,12 +11,13 @@ import re
 
 import numpy as np
 
-SCALAR_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8",
+SCALAR_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
                  "float16", "float32", "float64")
 # The dtype of loop variables and buffer indices unless the program says otherwise.
 INDEX_DTYPE = "int32"
 
-_PATTERN = re.compile(r"^(bool|int8|int16|int32|int64|uint8|float16|float32|float64)(?:x(\d+))?$")
+_PATTERN = re.compile(r"^(bool|int8|int16|int32|int64|uint8|uint16|uint32|uint64|float16|float32|float64)"
+                      r"(?:x(\d+))?$")
 
 
 def check(dtype: str) -> str:

@@ -30,7 +30,7 @@ from .registry import OpError
 Shape = Tuple[PrimExpr, ...]
 
 FLOAT_DTYPES = ("float16", "float32", "float64")
-INT_DTYPES = ("int8", "int16", "int32", "int64", "uint8")
+INT_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 NUMERIC_DTYPES = INT_DTYPES + FLOAT_DTYPES
 ALL_DTYPES = ("bool",) + NUMERIC_DTYPES
 

@@ -350,7 +350,7 @@ _POOL_COMMON = ("(x, pool_size, strides=None, padding=(0, 0, 0, 0), dilation=(1,
                 "(top, left, bottom, right) (or 1 or 2 values); ceil_mode rounds the output size "
                 "up as PyTorch does (a last window that would start in the trailing padding is "
                 "dropped). ")
-_NUMERIC = FLOAT_DTYPES + ("int8", "int16", "int32", "int64", "uint8")
+_NUMERIC = FLOAT_DTYPES + ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 
 register("max_pool2d", infer=_infer_pool("max_pool2d", {}, _NUMERIC), compute=_compute_max_pool,
          reference=_ref_max_pool, pattern="reduce", num_args=1,

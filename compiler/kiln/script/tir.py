@@ -103,7 +103,8 @@ def _typed_constructor(dtype: str) -> Callable:
 
 for _name in _dt.SCALAR_DTYPES:
     globals()[_name] = _typed_constructor(_name)
-# The names above, for linters: int8 int16 int32 int64 uint8 float16 float32 float64 bool.
+# The names above, for linters: int8 int16 int32 int64 uint8 uint16 uint32 uint64 float16 float32
+# float64 bool.
 
 
 def _pair(a, b):

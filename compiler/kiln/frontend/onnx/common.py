@@ -169,8 +169,8 @@ def dtype(e: GraphExpr) -> str:
     return e.ty.dtype
 
 
-ONNX_DTYPES = {1: "float32", 2: "uint8", 3: "int8", 5: "int16", 6: "int32", 7: "int64",
-               9: "bool", 10: "float16", 11: "float64"}
+ONNX_DTYPES = {1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32", 7: "int64",
+               9: "bool", 10: "float16", 11: "float64", 12: "uint32", 13: "uint64"}
 
 
 def kiln_dtype(elem_type: int, what="") -> str:
