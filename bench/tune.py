@@ -6,15 +6,17 @@ exports, seeded weights), the MLP (a small one for a quick check), and three flo
 with a constant B that the default tile fits badly (``bench/matmul.py``'s ``ODD_SHAPES``,
 M x K x N: 49x4608x1000, 1x4096x4096, 577x768x3072).
 
-For each workload and thread count, ``kiln.tune`` runs once for the largest budget (default
-2, 5 and 10 minutes; ``--budgets 20s,1m`` for shorter ones) into a fresh database. The model
-"tuned at budget b" is compiled with the records that run had written after b seconds (each
-record carries its time): the same search, seen at each budget, instead of one run per
-budget. Then the default schedules, each budget's tuned model, onnxruntime (the same ONNX
-graph; for a matmul an ONNX MatMul with B as initializer) and, for a matmul, numpy (its BLAS
-limited to the same threads) are timed in alternating rounds (``onnx_models.alternate``),
-medians, and checked to agree. ``--plot-dir`` (default: a new temporary directory) gets one
-PNG per workload: the run's tuning curve with the default, onnxruntime and numpy as lines.
+For each workload and thread count, ``kiln.tune`` runs for the smallest budget (default 2,
+5 and 10 minutes; ``--budgets 20s,1m`` for shorter ones) into a fresh database, then resumes
+it up to each larger budget (2 -> 5 minutes, 5 -> 10): the model "tuned at budget b" is
+compiled with the database as it was after b seconds of tuning in all, and each run ends with
+its own re-check of its best candidates, as a run of that budget would (a snapshot of one
+long run at b seconds would hold only single timings). Then the default schedules, each
+budget's tuned model, onnxruntime (the same ONNX graph; for a matmul an ONNX MatMul with B as
+initializer) and, for a matmul, numpy (its BLAS limited to the same threads) are timed in
+alternating rounds (``onnx_models.alternate``), medians, and checked to agree. ``--plot-dir`` (default: a new temporary directory) gets one
+PNG per workload: the runs' tuning curves, one after the other, with their re-checks marked and
+the default, onnxruntime and numpy as lines.
 
 Columns: ``default_ms``, ``tuned_ms`` (Kiln), ``speedup`` (default / tuned), ``ort_ms`` and
 ``tuned/ort`` (below 1: tuned Kiln faster), ``numpy_ms`` and ``tuned/numpy`` (matmuls only),
@@ -25,11 +27,10 @@ candidates again, alternating with the default, and ranks them by the median.
 from __future__ import annotations
 
 import argparse
-import json
 import os
+import shutil
 import sys
 import tempfile
-import time
 
 import numpy as np
 
@@ -84,16 +85,6 @@ def prepare(name: str, tmp: str):
     return path, mod, inputs, weight
 
 
-def snapshot(db: str, out: str, until: float) -> int:
-    """Copy the records of ``db`` written up to the wall-clock time ``until`` to ``out``;
-    returns how many."""
-    from kiln.tune.database import read_records
-    records = [r for r in read_records(db)[0] if r.get("time", 0) <= until]
-    with open(out, "w") as f:
-        f.writelines(json.dumps(r, sort_keys=True) + "\n" for r in records)
-    return len(records)
-
-
 def compiled(mod, threads: int, db=None):
     """The model's ``main`` compiled for this CPU at ``threads`` cores, with the records of
     ``db`` (None: the default schedules); (function, kernel name -> its decisions)."""
@@ -108,30 +99,38 @@ def compiled(mod, threads: int, db=None):
 
 def bench_one(name: str, threads: int, budgets, tmp: str, plot_dir: str, repeat: int,
               log=print) -> list:
-    """Tune workload ``name`` at ``threads`` for the largest budget, then time every budget's
-    model against the default and the references; one row per budget."""
+    """Tune workload ``name`` at ``threads`` up to each budget in turn (module docstring),
+    then time every budget's model against the default and the references; one row per
+    budget."""
     from threadpoolctl import threadpool_limits
     from kiln.tune.plot import plot_curves
     path, mod, inputs, weight = prepare(name, tmp)
     db = os.path.join(tmp, f"{name}-t{threads}.jsonl")
-    log(f"# {name}: tuning at {threads} thread(s) for {max(budgets):.0f} s ...")
-    start = time.time()
-    report = kiln.tune(mod, target="llvm", db=db, time_budget_s=max(budgets),
-                       num_threads=threads, progress=False)
-    log("\n".join("#   " + line for line in str(report).splitlines()))
+    curves, rechecks, snaps, notes = {}, {}, {}, {}
+    done_b = done_s = 0.0
+    done_trials = 0
+    for b in budgets:
+        log(f"# {name}: tuning at {threads} thread(s), {done_b:.0f} -> {b:.0f} s ...")
+        report = kiln.tune(mod, target="llvm", db=db, time_budget_s=b - done_b,
+                           num_threads=threads, progress=False)
+        log("\n".join("#   " + line for line in str(report).splitlines()))
+        label = f"{done_b:.0f}-{b:.0f} s"
+        curves[label] = [(p[0] + done_trials, p[1] + done_s, p[2]) for p in report.curve]
+        rechecks[label] = None if report.recheck_at is None else report.recheck_at + done_s
+        done_trials += sum(k.new for k in report.kernels)
+        done_b, done_s = b, done_s + report.seconds
+        snaps[b] = os.path.join(tmp, f"{name}-t{threads}-{b:.0f}s.jsonl")
+        shutil.copyfile(db, snaps[b])
+        notes[b] = done_trials
 
     kiln.set_num_threads(threads)
     args = [kiln.nd.array(v) for v in inputs.values()]
     f0, default_decisions = compiled(mod, threads)
-    fns, notes = {"default": f0}, {}
+    fns, changed = {"default": f0}, {}
     for b in budgets:
-        snap = os.path.join(tmp, f"{name}-t{threads}-{b:.0f}s.jsonl")
-        count = snapshot(db, snap, start + b)
-        f, decisions = compiled(mod, threads, snap)
-        n = sum(d != default_decisions.get(k) for k, d in decisions.items())
+        f, decisions = compiled(mod, threads, snaps[b])
+        changed[b] = sum(d != default_decisions.get(k) for k, d in decisions.items())
         fns[f"tuned {b:.0f}s"] = f
-        report_at = [p for p in report.curve if p[1] <= b]
-        notes[b] = (n, report_at[-1][0] if report_at else 0, count)
     sess = zoo.ort_session(path, threads=threads)
     outs = {k: f(*args).numpy() for k, f in fns.items()}
     want = sess.run(None, inputs)[0]
@@ -147,7 +146,7 @@ def bench_one(name: str, threads: int, budgets, tmp: str, plot_dir: str, repeat:
     rows = []
     for b in budgets:
         t = med[f"tuned {b:.0f}s"]
-        n, trials, _ = notes[b]
+        n, trials = changed[b], notes[b]
         row = {"workload": name, "threads": threads, "budget_s": b,
                "default_ms": med["default"] * 1e3, "tuned_ms": t * 1e3,
                "speedup": med["default"] / t, "ort_ms": med["ort"] * 1e3,
@@ -163,10 +162,8 @@ def bench_one(name: str, threads: int, budgets, tmp: str, plot_dir: str, repeat:
         refs["numpy"] = med["numpy"]
     png = os.path.join(plot_dir, f"tune_{name}_t{threads}.png")
     try:
-        label = f"{name}, {threads} thread(s): estimate"
-        plot_curves({label: report.curve}, png, refs,
-                    title=f"kiln tune {name} ({threads} thread(s))",
-                    rechecks={label: report.recheck_at})
+        plot_curves(curves, png, refs, rechecks=rechecks,
+                    title=f"kiln tune {name} ({threads} thread(s)): model estimate per run")
         log(f"# tuning curve: {png}")
     except (ImportError, ValueError) as e:
         log(f"# no tuning curve for {name}: {e}")

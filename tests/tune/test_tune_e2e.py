@@ -225,3 +225,14 @@ def test_the_final_recheck_starts_no_kernel_after_the_deadline(tmp_path):
             # the default and the (up to 3) fastest others, 4 rounds each
             assert len(appended) == before + 4 * (1 + min(3, len(others)))
             assert all(appended[before:]) and later.report.confirmed
+
+
+def test_a_busy_machine_is_reported():
+    from kiln.tune.tuner import TuneReport, busy_note
+    assert busy_note(0.1, 2, 2) == "" and busy_note(None, 2, 2) == ""
+    assert busy_note(1.0, 4, 2) == ""                 # two cores free for two threads
+    note = busy_note(1.3, 2, 2)
+    assert "load average 1.3 on 2 cores" in note and "idle machine" in note
+    assert busy_note(1.0, 2, 1) == ""                 # one thread still has a free core
+    report = TuneReport("db.jsonl", "llvm", 2, [], {}, load=1.3, cores=2)
+    assert "warning: the machine was busy" in str(report)

@@ -17,6 +17,7 @@ measured again (the baseline is re-run for its reference outputs but not recorde
 """
 from __future__ import annotations
 
+import os
 import sys
 import time
 from dataclasses import dataclass, field
@@ -24,7 +25,8 @@ from typing import Any, Dict, List, Optional
 
 from .database import (Database, best_of, candidate_time, decisions_key, make_record,
                        ranking, record_time)
-from .measure import Executor, LocalExecutor, MeasureInput, MeasureOptions, MeasureResult
+from .measure import (Executor, LocalExecutor, MeasureInput, MeasureOptions, MeasureResult,
+                      default_threads)
 from .cost_model import CostModel, available
 from .search import Space
 from .tasks import Task, extract_tasks
@@ -79,6 +81,8 @@ class TuneReport:
     # from when every kernel's default is known (``plot``)
     curve: List[tuple] = field(default_factory=list)
     recheck_at: Optional[float] = None     # seconds when the final re-check began
+    load: Optional[float] = None           # the 1-minute load average when the run began
+    cores: int = 0                         # cores this process may use
 
     def plot(self, path) -> str:
         """Draw the best model estimate against trials and wall time to the image ``path``
@@ -127,6 +131,9 @@ class TuneReport:
                              "the same command again to re-check them (it resumes)")
         if self.model_note:
             lines.append(f"model: {self.model_note}")
+        busy = busy_note(self.load, self.cores, self.threads)
+        if busy:
+            lines.append(f"warning: {busy}")
         for name, why in self.skipped.items():
             lines.append(f"not tuned: {name}: {why}")
         for k in self.kernels:
@@ -182,6 +189,19 @@ class _TaskState:
         return r.calls * t * (0.5 ** self.stale_batches)
 
 
+def busy_note(load: Optional[float], cores: int, threads: int) -> str:
+    """A warning when other work kept the machine busy as tuning began (``load``: the
+    1-minute load average, ``cores`` usable, ``threads`` timed with): fewer free cores than
+    threads make every timing noisy, and a serial candidate look as fast as a parallel one
+    (a decoder run on a shared 2-core machine recorded parallel=0 as the best of a matmul,
+    and the tuned model ran 1.8x slower once the machine was free). "" when it was idle."""
+    if load is None or not cores or cores - load >= threads - 0.25:
+        return ""
+    return (f"the machine was busy when tuning began (load average {load:.1f} on {cores} "
+            f"cores, timing at {threads} thread(s)): timings, and above all how candidates "
+            f"scale over threads, are unreliable; tune on an idle machine")
+
+
 def transfer_seeds(records, task: Task, limit: int = 8) -> List[Dict[str, Any]]:
     """The best decisions of up to ``limit`` other kernels of the same operators (``ops``),
     target, thread count and rules among ``records``, most recent first: what worked for a
@@ -227,6 +247,12 @@ def tune(mod, target="llvm", db="tuning.jsonl", trials: Optional[int] = None,
     can behave differently in the model (the thread pool, caches). Apply the records with ``PassContext(tuning_db=db)`` or ``kiln.compile(..., tuning_db=db)``.
     """
     t_start = time.monotonic()
+    load = None            # of this machine, when candidates are timed here
+    if executor is None or isinstance(executor, LocalExecutor):
+        try:
+            load = os.getloadavg()[0]      # before this run starts any process of its own
+        except (AttributeError, OSError):   # pragma: no cover - not Unix
+            pass
     if trials is None and time_budget_s is None:
         trials = DEFAULT_TRIALS
     if trials is not None and trials < 1:
@@ -234,7 +260,8 @@ def tune(mod, target="llvm", db="tuning.jsonl", trials: Optional[int] = None,
     tasks, skipped = extract_tasks(mod, target, num_threads, ctx, pipeline=pipeline)
     database = Database(db)
     threads = tasks[0].threads if tasks else int(num_threads or 1)
-    report = TuneReport(database.path, str(target), threads, [], dict(skipped))
+    report = TuneReport(database.path, str(target), threads, [], dict(skipped), load=load,
+                        cores=default_threads())
     use_model = cost_model and available()
     states = [_TaskState(t, database, trials, seed + i, use_model) for i, t in enumerate(tasks)]
     report.kernels = [s.report for s in states]
