@@ -439,7 +439,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("model", help="the .onnx file, or a .pt2 file from torch.export.save")
     c.add_argument("-o", "--output", help="the library to write (default: MODEL.so in the current directory)")
     c.add_argument("--target", default="llvm", help="code generation target (default: llvm, the host CPU; "
-                   "e.g. 'llvm -mcpu=skylake-avx512')")
+                   "e.g. 'llvm -mcpu=skylake-avx512', or a triple: aarch64-linux-gnu, "
+                   "armv7-linux-gnueabihf, 'riscv64-linux-gnu -mattr=+v'; kiln run runs those "
+                   "under qemu-user)")
     c.add_argument("--pipeline", default="default", help="graph pipeline: default or zero (default: default)")
     c.add_argument("--shape", type=_parse_shape, action="append", metavar="NAME=D0,D1,...",
                    help="pin the shape of graph input NAME (repeatable)")

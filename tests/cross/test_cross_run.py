@@ -56,6 +56,7 @@ def _cli(*args, env=None):
                           text=True, timeout=600, env=env)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("arch", list(TARGETS))
 def test_cli_compile_target_and_run_under_qemu(arch, tmp_path):
     """The same ONNX model, `kiln compile --target <triple>` then `kiln run` (under qemu),

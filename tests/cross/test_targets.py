@@ -49,7 +49,7 @@ def _vec_add():
     return sch.mod
 
 
-def test_armv7_objects_are_hard_float_and_riscv64_lp64d():
+def test_armv7_objects_are_hard_float_neon_and_riscv64_lp64d_rvv():
     """glibc's armhf loader refuses soft-float libraries and RISC-V linkers refuse to mix float
     ABIs: the objects must say hard float / double."""
     from kiln.codegen import compile_module
@@ -59,7 +59,10 @@ def test_armv7_objects_are_hard_float_and_riscv64_lp64d():
     asm = arm.assembly()
     assert re.search(r"\.eabi_attribute\s+28, 1\b", asm)      # Tag_ABI_VFP_args: VFP registers
     assert re.search(r"v(mul|add|mla|fma)\.f32\s+q\d+", asm)     # NEON, 4 lanes
-    rv = compile_module(_vec_add(), "riscv64-linux-gnu -mattr=+v").object_code()
+    rvv = compile_module(_vec_add(), "riscv64-linux-gnu -mattr=+v")
+    assert re.search(r"vle32\.v\s+v\d+", rvv.assembly())                     # RVV loads
+    assert not re.search(r"\bvle32\.v", compile_module(_vec_add(), "riscv64-linux-gnu").assembly())
+    rv = rvv.object_code()
     assert struct.unpack_from("<H", rv, 18)[0] == 243
     assert struct.unpack_from("<I", rv, 0x30)[0] & 0x6 == 0x4                 # FLOAT_ABI_DOUBLE
     from kiln.executable.blob_object import write_elf_object
