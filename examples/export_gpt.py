@@ -3,6 +3,7 @@
 cpp/generate.cpp, java/Generate.java).
 
     python examples/export_gpt.py WEIGHTS.npz -o gpt.so [--layers 2 --heads 4 --max-len 128]
+    python examples/export_gpt.py                    # a small model with random weights
 
 ``WEIGHTS.npz`` holds a GPT-2-shaped PyTorch state dict as numpy arrays (``np.savez(path,
 **{k: v.numpy() for k, v in model.state_dict().items()})``); the sizes (vocabulary, width,
@@ -31,16 +32,26 @@ def export(weights: dict, layers: int, heads: int, max_len=None, target: str = "
     return kiln.compile(kiln.get_pipeline("default", target=target)(mod), target)
 
 
+def small_random_weights(layers: int = 2, seed: int = 0) -> dict:
+    """GPT-2-shaped weights of a small model (vocabulary 96, width 32, 128 positions)."""
+    model = nn.GPT(vocab_size=96, n_positions=128, n_embd=32, n_layer=layers, n_head=4)
+    return dict(model.init_params(seed=seed))
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("weights", help="a GPT-2-shaped state dict as .npz")
+    p.add_argument("weights", nargs="?", help="a GPT-2-shaped state dict as .npz (default: a small "
+                   "model, 2 layers of width 32, with random weights)")
     p.add_argument("-o", "--output", default="gpt.so")
-    p.add_argument("--layers", type=int, required=True)
-    p.add_argument("--heads", type=int, required=True)
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--heads", type=int, default=4)
     p.add_argument("--max-len", type=int, default=None, help="KV cache length (default: all positions)")
     args = p.parse_args()
-    with np.load(args.weights) as f:
-        weights = {k: f[k] for k in f.files}
+    if args.weights:
+        with np.load(args.weights) as f:
+            weights = {k: f[k] for k in f.files}
+    else:
+        weights = small_random_weights(args.layers)
     start = time.time()
     ex = export(weights, args.layers, args.heads, args.max_len)
     ex.export_library(args.output)
