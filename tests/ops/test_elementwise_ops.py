@@ -203,3 +203,33 @@ def test_symbolic_unary_and_where(check_op_symbolic):
                       sizes=[{"n": 1, "m": 3}, {"n": 4, "m": 9}])
     check_op_symbolic("where", [("n", 1), (1, 3), ("n", 3)], dtypes=["bool", "float32", "float32"],
                       expect_shape=("n", 3), sizes=[{"n": 2}, {"n": 5}])
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int32", "int64", "uint8", "uint16", "uint32", "uint64"])
+def test_bitwise(dtype, check_op, rand):
+    info = np.iinfo(dtype)
+    a = rand((4, 6), dtype, low=max(info.min, -1000), high=min(info.max, 1000))
+    b = rand((6,), dtype, low=max(info.min, -1000), high=min(info.max, 1000))
+    a[0, :2] = [info.max, info.min]
+    for op in ("bitwise_and", "bitwise_or", "bitwise_xor"):
+        check_op(op, [a, b])
+    check_op("bitwise_not", [a])
+
+
+def test_bitwise_bool(check_op, rand):
+    a, b = rand((3, 4), "bool", seed=1), rand((3, 4), "bool", seed=2)
+    for op in ("bitwise_and", "bitwise_or", "bitwise_xor"):
+        check_op(op, [a, b])
+    check_op("bitwise_not", [a])
+
+
+@pytest.mark.parametrize("dtype", ["int8", "int32", "int64", "uint8", "uint32", "uint64"])
+def test_shifts_give_zero_past_the_width(dtype, check_op, rand):
+    """Shift amounts from -3 to width + 2: in range they shift (right: arithmetic for signed),
+    outside every bit is shifted out, 0 or the sign, as ONNX BitShift defines (LLVM would give
+    poison)."""
+    width = np.dtype(dtype).itemsize * 8
+    amounts = np.arange(-3 if dtype.startswith("int") else 0, width + 3).astype(dtype)
+    a = rand((5, amounts.size), dtype, low=max(np.iinfo(dtype).min, -100), high=100)
+    for op in ("left_shift", "right_shift"):
+        check_op(op, [a, np.broadcast_to(amounts, a.shape).copy()])

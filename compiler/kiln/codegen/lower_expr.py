@@ -29,7 +29,7 @@ from typing import Optional
 from llvmlite import ir
 
 from ..ir import dtype as dt
-from ..ir.expr import (Add, And, BufferLoad, Call, Cast, Div, EQ, FloatImm, FloorDiv, FloorMod, GE,
+from ..ir.expr import (BITWISE_INTRINSICS, Add, And, BufferLoad, Call, Cast, Div, EQ, FloatImm, FloorDiv, FloorMod, GE,
                        GT, IntImm, LE, LT, Max, Min, Mul, NE, Not, Or, Select, Sub, Var)
 from . import cgutils as cg
 from . import mathfuncs
@@ -540,9 +540,32 @@ def convert(b: ir.IRBuilder, v, src: str, dst: str):
     return b.sext(v, to) if _signed(src) else b.zext(v, to)
 
 
+def _bitwise(self: "ExprLowerer", e: Call, args):
+    """The bitwise intrinsics on integers and bools (``ir.expr.BITWISE_INTRINSICS``)."""
+    b = self.b
+    if dt.is_float(e.dtype):
+        raise CodegenError(f"intrinsic {e.op} needs integer or bool arguments, got {e.dtype}: {e!r}")
+    x = self.fit(args[0], e.dtype)
+    if e.op == "bitwise_not":
+        return b.not_(x)
+    x, y = self._pair(x, self.fit(args[1], e.dtype), e.dtype)
+    if e.op in ("bitwise_and", "bitwise_or", "bitwise_xor"):
+        return {"bitwise_and": b.and_, "bitwise_or": b.or_, "bitwise_xor": b.xor}[e.op](x, y)
+    # Shifts: LLVM's result is poison for an amount outside [0, width); ONNX's (and numpy's) is
+    # every bit shifted out: 0, or the sign for an arithmetic right shift.
+    width = dt.bits(e.dtype)
+    ok = b.icmp_unsigned("<", y, cg.const_like(y, width))   # negative amounts are huge unsigned
+    if e.op == "shift_right" and _signed(e.dtype):
+        return b.ashr(x, b.select(ok, y, cg.const_like(y, width - 1)))
+    r = b.shl(x, y) if e.op == "shift_left" else b.lshr(x, y)
+    return b.select(ok, r, cg.const_like(r, 0))
+
+
 def _call(self: ExprLowerer, e: Call):
     b = self.b
     args = [self.value(a) for a in e.args]
+    if e.op in BITWISE_INTRINSICS:
+        return _bitwise(self, e, args)
     if e.op == "abs" and not dt.is_float(e.dtype):
         x = self.fit(args[0], e.dtype)
         if not _signed(e.dtype):

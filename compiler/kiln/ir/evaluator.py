@@ -34,6 +34,9 @@ _INTRINSIC = {
     "sigmoid": "(1.0 / (1.0 + _np.exp(-({0}))))", "erf": "_erf({0})", "pow": "_np.power({0}, {1})",
     "abs": "abs({0})", "floor": "_np.floor({0})", "ceil": "_np.ceil({0})", "round": "_np.round({0})",
     "sin": "_np.sin({0})", "cos": "_np.cos({0})",
+    "bitwise_and": "_np.bitwise_and({0}, {1})", "bitwise_or": "_np.bitwise_or({0}, {1})",
+    "bitwise_xor": "_np.bitwise_xor({0}, {1})", "bitwise_not": "_np.invert({0})",
+    "shift_left": "_shift({0}, {1}, True)", "shift_right": "_shift({0}, {1}, False)",
 }
 
 
@@ -151,6 +154,20 @@ def _erf(x):
     return type(x)(math.erf(float(x))) if isinstance(x, np.floating) else math.erf(x)
 
 
+def _shift(a, b, left: bool):
+    """a << b or a >> b (arithmetic for signed a, logical for unsigned); an amount that is
+    negative or at least a's width shifts every bit out: 0, or a's sign for a signed right
+    shift (compiled code does the same)."""
+    a = np.asarray(a)[()]
+    width = np.asarray(a).dtype.itemsize * 8
+    if int(b) < 0 or int(b) >= width:
+        if not left and np.issubdtype(np.asarray(a).dtype, np.signedinteger):
+            return np.right_shift(a, np.asarray(width - 1).astype(np.asarray(a).dtype)[()])
+        return type(a)(0) if isinstance(a, np.generic) else 0
+    s = np.asarray(b).astype(np.asarray(a).dtype)[()]
+    return np.left_shift(a, s) if left else np.right_shift(a, s)
+
+
 def _scratch(shape, dtype: str):
     arr = np.empty(shape, dtype=dt.to_numpy(dtype))
     if dt.is_float(dtype):
@@ -204,7 +221,8 @@ def evaluate(func, *args):
                     raise ValueError(f"evaluate: argument {i} '{p.name}' expected shape "
                                      f"{tuple(getattr(s, 'value', s) for s in p.shape)}, got {a.shape}")
     src = to_python(func)
-    env = {"_np": np, "_cast": _cast, "_div": _div, "_erf": _erf, "_scratch": _scratch}
+    env = {"_np": np, "_cast": _cast, "_div": _div, "_erf": _erf, "_shift": _shift,
+           "_scratch": _scratch}
     exec(compile(src, "<kiln-evaluator>", "exec"), env)
     with np.errstate(all="ignore"):
         env["_kernel"](*args)

@@ -244,9 +244,14 @@ class Select(PrimExpr):
 
 
 # Math intrinsics a Call may name, with their arity. All are elementwise on floats, except abs,
-# which also takes ints.
+# which also takes ints, and the bitwise ones, which take integers (and bool, for and/or/xor/not)
+# only. A shift by a negative amount or by the width or more shifts every bit out: 0, or the
+# sign for an arithmetic right shift (ONNX BitShift's result, where LLVM's would be undefined).
+BITWISE_INTRINSICS = {"bitwise_and": 2, "bitwise_or": 2, "bitwise_xor": 2, "bitwise_not": 1,
+                      "shift_left": 2, "shift_right": 2}
 INTRINSICS = {"exp": 1, "log": 1, "sqrt": 1, "rsqrt": 1, "tanh": 1, "sigmoid": 1, "erf": 1,
-              "pow": 2, "abs": 1, "floor": 1, "ceil": 1, "round": 1, "sin": 1, "cos": 1}
+              "pow": 2, "abs": 1, "floor": 1, "ceil": 1, "round": 1, "sin": 1, "cos": 1,
+              **BITWISE_INTRINSICS}
 
 
 @dataclass(frozen=True, eq=False, repr=False)

@@ -19,7 +19,7 @@ from ..ir import dtype as dt
 from ..ir.expr import Call as _Intrinsic
 from ..ir.expr import Not
 from ..ir.graph import TensorType
-from .common import (ALL_DTYPES, FLOAT_DTYPES, NUMERIC_DTYPES, broadcast_indices,
+from .common import (ALL_DTYPES, FLOAT_DTYPES, INT_DTYPES, NUMERIC_DTYPES, broadcast_indices,
                      broadcast_shapes, check_dtype, check_same_dtype, error, get_attrs, literal,
                      tensor_args)
 from .registry import register
@@ -246,6 +246,43 @@ _register_broadcast("logical_and", lambda x, y: x & y, np.logical_and, ("bool",)
                     "logical_and(a, b): a and b for bool tensors, with numpy broadcasting.")
 _register_broadcast("logical_or", lambda x, y: x | y, np.logical_or, ("bool",),
                     "logical_or(a, b): a or b for bool tensors, with numpy broadcasting.")
+
+
+def _bitwise(op):
+    return lambda *xs: _Intrinsic(op, xs)
+
+
+def _shift_ref(left: bool):
+    """numpy's shift; an amount outside [0, width) shifts every bit out (ONNX BitShift): 0, or
+    the sign for a signed right shift."""
+    def ref(a, b):
+        a, b = np.asarray(a), np.asarray(b)
+        width = a.dtype.itemsize * 8
+        ok = (b >= 0) & (b < width)
+        if not left and np.issubdtype(a.dtype, np.signedinteger):
+            return np.right_shift(a, np.where(ok, b, width - 1).astype(a.dtype))
+        amount = np.where(ok, b, 0).astype(a.dtype)
+        r = np.left_shift(a, amount) if left else np.right_shift(a, amount)
+        return np.where(ok, r, 0).astype(np.result_type(a.dtype, b.dtype))
+    return ref
+
+
+_BITWISE_DTYPES = INT_DTYPES + ("bool",)
+for _name, _np_fn in (("bitwise_and", np.bitwise_and), ("bitwise_or", np.bitwise_or),
+                      ("bitwise_xor", np.bitwise_xor)):
+    _register_broadcast(_name, _bitwise(_name), _same(_np_fn), _BITWISE_DTYPES,
+                        f"{_name}(a, b): numpy's {_name} for integers and bools, with numpy "
+                        "broadcasting.")
+_register_unary("bitwise_not", lambda x, a: _Intrinsic("bitwise_not", (x,)),
+                lambda x: np.invert(x), _BITWISE_DTYPES,
+                "bitwise_not(x): ~x for integers (numpy's invert), not x for bools.")
+_register_broadcast("left_shift", _bitwise("shift_left"), _shift_ref(True), INT_DTYPES,
+                    "left_shift(a, b): a << b for integers, 0 where b is negative or at least the "
+                    "bit width; numpy broadcasting.")
+_register_broadcast("right_shift", _bitwise("shift_right"), _shift_ref(False), INT_DTYPES,
+                    "right_shift(a, b): a >> b for integers (arithmetic for signed a); where b "
+                    "is negative or at least the bit width every bit is shifted out (0, or the "
+                    "sign of a signed a); numpy broadcasting.")
 
 
 def _where_infer(types, attrs):

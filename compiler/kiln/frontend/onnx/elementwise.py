@@ -8,11 +8,13 @@ from .common import Unsupported, converter, dim, dtype, kiln_dtype, ndim, norm_a
 
 _UNARY = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Exp": "exp", "Log": "log",
           "Sqrt": "sqrt", "Neg": "neg", "Abs": "abs", "Erf": "erf", "Floor": "floor",
-          "Ceil": "ceil", "Round": "round", "Sin": "sin", "Cos": "cos", "Not": "logical_not"}
+          "Ceil": "ceil", "Round": "round", "Sin": "sin", "Cos": "cos", "Not": "logical_not",
+          "BitwiseNot": "bitwise_not"}
 _BINARY = {"Add": "add", "Sub": "subtract", "Mul": "multiply", "Equal": "equal",
            "Less": "less", "Greater": "greater", "LessOrEqual": "less_equal",
            "GreaterOrEqual": "greater_equal", "And": "logical_and", "Or": "logical_or",
-           "Xor": "not_equal"}
+           "Xor": "not_equal", "BitwiseAnd": "bitwise_and", "BitwiseOr": "bitwise_or",
+           "BitwiseXor": "bitwise_xor"}
 
 
 def _unary(kop):
@@ -34,6 +36,15 @@ for _o, _k in _UNARY.items():
     converter(_o)(_unary(_k))
 for _o, _k in _BINARY.items():
     converter(_o)(_binary(_k))
+
+
+@converter("BitShift")
+def bit_shift(ctx, node, ins, attrs):
+    direction = attrs.get("direction", b"")
+    direction = direction.decode() if isinstance(direction, bytes) else str(direction)
+    if direction not in ("LEFT", "RIGHT"):
+        raise Unsupported(f"direction={direction!r}; BitShift takes LEFT or RIGHT")
+    return ctx.op("left_shift" if direction == "LEFT" else "right_shift", ins[0], ins[1])
 
 
 @converter("Div")
