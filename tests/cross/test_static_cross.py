@@ -1,4 +1,4 @@
-"""Issue 15: an app linked from export_static for a foreign triple (the model's archive, the
+"""Issue 15: an app linked from export_static for a foreign triple (armv7, aarch64, riscv64) (the model's archive, the
 runtime cross-built for that triple, one C file) runs under qemu with no other file, and prints
 what the x86-64 build computes."""
 from __future__ import annotations
@@ -34,7 +34,7 @@ def build_runtime(triple: str, runtime_make, dest, variant: str = ""):
     return dest
 
 
-@pytest.mark.parametrize("arch", ["armv7", "aarch64"])
+@pytest.mark.parametrize("arch", ["armv7", "aarch64", "riscv64"])
 def test_export_static_app_runs_under_qemu(arch, tmp_path, runtime_make):
     target = TARGETS[arch]
     need_qemu(target)
