@@ -63,12 +63,18 @@ class GPTAttention(Module):
         attention among the new positions, else (decode, s = 1) over the cache's first t."""
         q, k, v = (self._heads(y) for y in F.split(self.c_attn(x), x.shape[-1], dim=2))
         cache = kv_write(cache, tokens, k, v, layer)
+        scale = 1.0 / math.sqrt(self.head_dim)
         if mask is None:
+            # one query over the cache's first t positions: scores as K @ q^T (t x 1), so the
+            # cache slice is read in its own layout (no transposed copy of K per step)
             t = tokens.shape[1]
             L, _, H, M, D = cache.shape
             k, v = (emit("strided_slice", cache, begin=(layer, kind, 0, 0, 0), end=(layer + 1, kind + 1, H, t, D),
                          assume_in_bounds=True).reshape(1, H, t, D) for kind in (0, 1))
-        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=1.0 / math.sqrt(self.head_dim))
+            scores = (F.matmul(k, q.reshape(1, H, D, 1)) * scale).reshape(1, H, 1, t)
+            o = F.matmul(F.softmax(scores, dim=-1), v)
+        else:
+            o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
         b, h, s, d = o.shape
         return self.c_proj(o.permute(0, 2, 1, 3).reshape(b, s, h * d)), cache
 
