@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 from torch_helpers import torch, torch_outputs
 
@@ -17,6 +18,7 @@ def kiln(*args, cwd):
     return subprocess.run(KILN + list(args), cwd=cwd, capture_output=True, text=True, timeout=600)
 
 
+@pytest.mark.slow
 def test_compile_and_run_pt2(tmp_path):
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4)).eval()

@@ -2,7 +2,7 @@
 downloaded): BERT, GPT-2, a T5 encoder and a Whisper encoder, exported with torch.export,
 imported, compiled with the "default" pipeline and compared with torch eager at rtol = 1e-4,
 atol = 1e-4 times the output's largest magnitude (fp32); BERT also with a dynamic batch at two
-sizes. Each compiles a whole model: marked slow."""
+sizes and with a dynamic batch and sequence. Each compiles a whole model: marked slow."""
 from __future__ import annotations
 
 import numpy as np
@@ -58,6 +58,17 @@ def test_bert_dynamic_batch():
     mod = compare(bert(), {"input_ids": ids(2, 8), "attention_mask": mask},
                   dynamic_shapes={"input_ids": {0: batch}, "attention_mask": {0: batch}}, more=more)
     assert str(mod["main"].params[0].ty.shape[0]) == "batch"
+
+
+def test_bert_dynamic_batch_and_sequence():
+    batch = torch.export.Dim("batch", min=1, max=8)
+    seq = torch.export.Dim("seq", min=2, max=32)
+    dyn = {"input_ids": {0: batch, 1: seq}, "attention_mask": {0: batch, 1: seq}}
+    more = [{"input_ids": ids(n, s, seed=n), "attention_mask": torch.ones(n, s, dtype=torch.int64)}
+            for n, s in ((1, 5), (3, 17))]
+    mod = compare(bert(), {"input_ids": ids(2, 8), "attention_mask": torch.ones(2, 8, dtype=torch.int64)},
+                  dynamic_shapes=dyn, more=more)
+    assert [str(d) for d in mod["main"].params[0].ty.shape] == ["batch", "seq"]
 
 
 def test_gpt2():

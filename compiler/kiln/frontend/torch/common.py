@@ -78,8 +78,14 @@ class Ctx:
         self.witnesses = witnesses     # user inputs, whose shapes carry the symbolic dims
         self.node = None
         self.transposed: Dict[GraphVar, GraphExpr] = {}   # permute(w, [1, 0]) -> w, for linear
+        self.symbols = None            # the program's SymbolTable (symbols.py)
 
     # -- the node being converted ------------------------------------------------------------
+    def out_size(self, axis: int):
+        """The size torch recorded for the output's ``axis``: an int or a PrimExpr."""
+        d = self.node.meta["val"].shape[axis]
+        return int(d) if isinstance(d, int) else self.symbols.expr(d.node.expr)
+
     def out_dtype(self, index: Optional[int] = None) -> str:
         val = self.node.meta.get("val")
         if index is not None:
@@ -107,6 +113,26 @@ class Ctx:
 
     def const(self, value, dtype: str) -> Constant:
         return Constant(np.asarray(value, dtype=dt.to_numpy(dtype)))
+
+    def witnesses_of(self, *exprs) -> list:
+        """The user inputs whose shapes carry the symbolic dims ``exprs`` use (what the
+        ``arange``/``shape_values`` operators bind them from)."""
+        from ...ir.expr import Var
+        from ...ir.functor import collect
+        need = {v for e in exprs if isinstance(e, PrimExpr) for v in collect(e, Var)}
+        return [w for w in self.witnesses if need & {d for d in w.ty.shape if isinstance(d, Var)}]
+
+    def size(self, v, dtype: str = "int64") -> GraphExpr:
+        """A size (an int or a PrimExpr of symbolic dims) as a 0-d tensor."""
+        if not isinstance(v, PrimExpr) or isinstance(v, IntImm):
+            return self.const(int(getattr(v, "value", v)), dtype)
+        return self.op("shape_values", *self.witnesses_of(v), values=(v,), shape=(), dtype=dtype)
+
+    def iota(self, n, dtype: str = "int64") -> GraphExpr:
+        """0, 1, ..., n - 1 (n an int or a PrimExpr of symbolic dims)."""
+        if not isinstance(n, PrimExpr) or isinstance(n, IntImm):
+            return self.const(np.arange(int(getattr(n, "value", n))), dtype)
+        return self.op("arange", *self.witnesses_of(n), start=0, step=1, length=n, dtype=dtype)
 
     def cast(self, x: GraphExpr, dtype: str) -> GraphExpr:
         return x if x.ty.dtype == dtype else self.op("cast", x, dtype=dtype)

@@ -302,11 +302,7 @@ def arange(ctx: Ctx, node, args, kwargs):
         return ctx.const(np.arange(start, end, step), out)
     if not (isinstance(step, int) and step == 1 and isinstance(start, (int, PrimExpr))):
         raise Unsupported("a symbolic arange needs integer start and step 1")
-    from ...ir.functor import collect
-    from ...ir.expr import Var
-    need = {v for e in (start, end) if isinstance(e, PrimExpr) for v in collect(e, Var)}
-    wit = [w for w in ctx.witnesses if need & {d for d in w.ty.shape if isinstance(d, Var)}]
-    r = ctx.op("arange", *wit, start=start, step=1, length=end - start, dtype="int64")
+    r = ctx.op("arange", *ctx.witnesses_of(start, end), start=start, step=1, length=end - start, dtype="int64")
     return ctx.cast(r, out)
 
 

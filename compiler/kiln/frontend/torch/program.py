@@ -128,6 +128,7 @@ class _Importer:
 
         fb = FunctionBuilder(())
         ctx = Ctx(fb, inputs)
+        ctx.symbols = self.symbols
         with fb.dataflow():
             for node in ep.graph.nodes:
                 if node.op == "call_function":

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...ir.expr import PrimExpr
+from ...ir.expr import IntImm, PrimExpr
 from .common import Ctx, converter, is_static, ndim, norm_axis, shape, sizes
 from .errors import Unsupported
 
@@ -74,9 +74,30 @@ def slice_(ctx: Ctx, node, args, kwargs):
     if step == 1 and is_static(start) and start == 0 and (_same(end, n) or (is_static(end) and end >= _END // 2)
                                                             or (is_static(end) and is_static(n) and end >= n)):
         return x
-    if isinstance(start, PrimExpr) or isinstance(end, PrimExpr):
-        raise Unsupported(f"slicing at a symbolic position ({start}:{end}) is not supported")
+    if isinstance(start, PrimExpr) or isinstance(end, PrimExpr) or (not is_static(n) and step == 1
+                                                                     and 0 <= start <= end < _END // 2):
+        return _symbolic_slice(ctx, x, axis, start, end, step)
     return ctx.op("strided_slice", x, begin=(int(start),), end=(int(end),), strides=(step,), axes=(axis,))
+
+
+def _symbolic_slice(ctx: Ctx, x, axis, start, end, step):
+    """``x[start:end]`` with a symbolic bound (``position_ids[:, :seq]``) or of a symbolic dim
+    (``mask[:, :1]``, which would otherwise be ``min(1, seq)`` long). torch has proved the
+    window in range (its range constraints bound the dims, and become Kiln bounds the VM
+    checks), so when its recorded length is ``end - start`` the slice needs no clamping."""
+    from ... import arith
+    if step != 1:
+        raise Unsupported(f"a strided slice ({step}) at a symbolic position is not supported")
+    if is_static(end) and end >= _END // 2:
+        return ctx.op("strided_slice", x, begin=(start,), end=(_END,), axes=(axis,))
+    s = start if isinstance(start, PrimExpr) else IntImm(int(start), "int64")
+    e = end if isinstance(end, PrimExpr) else IntImm(int(end), "int64")
+    want = ctx.out_size(axis)
+    want = want if isinstance(want, PrimExpr) else IntImm(want, "int64")
+    if not arith.can_prove(arith.simplify(e - s) == want):
+        raise Unsupported(f"slicing [{start}:{end}] of a dim of size {shape(x)[axis]} at a symbolic position "
+                          f"is not supported (torch's length {want} is not {end} - {start})")
+    return ctx.op("strided_slice", x, begin=(s,), end=(e,), strides=(1,), axes=(axis,), assume_in_bounds=True)
 
 
 @converter("aten.select")
@@ -170,19 +191,19 @@ def index(ctx: Ctx, node, args, kwargs):
     first = pos[0]
     if len(idx) == 1:
         return ctx.op("take", x, idx[0], axis=first)
-    # several index tensors: one linear index into the indexed dims flattened together. Only
-    # the trailing indexed dims need static sizes (their strides); a negative index into the
-    # first one wraps through take's own wrap over the flattened size.
+    # several index tensors: one linear index into the indexed dims flattened together (a
+    # negative index into the first one wraps through take's own wrap over the flattened size)
     xs = shape(x)
     dims = xs[first:first + len(idx)]
-    if not all(is_static(d) for d in dims[1:]):
-        raise Unsupported("indexing several dims at once needs static sizes for all but the first")
     lin = None
     for k, (i, d) in enumerate(zip(idx, dims)):
         i = ctx.cast(i, "int64")
         if k:
-            i = ctx.op("where", ctx.op("less", i, ctx.const(0, "int64")), ctx.op("add", i, ctx.const(d, "int64")), i)
-        lin = i if lin is None else ctx.op("add", ctx.op("multiply", lin, ctx.const(d, "int64")), i)
+            dk = ctx.size(d)
+            i = ctx.op("where", ctx.op("less", i, ctx.const(0, "int64")), ctx.op("add", i, dk), i)
+            lin = ctx.op("add", ctx.op("multiply", lin, dk), i)
+        else:
+            lin = i
     flat = ctx.op("reshape", x, shape=tuple(xs[:first]) + (-1,) + tuple(xs[first + len(idx):]))
     return ctx.op("take", flat, lin, axis=first)
 
@@ -206,18 +227,23 @@ def repeat(ctx: Ctx, node, args, kwargs):
 @converter("aten.gather")
 def gather(ctx: Ctx, node, args, kwargs):
     """out[..., i_d, ...] = x[..., idx[..., i_d, ...], ...] along ``dim``: a take from the flat
-    x at the flat offsets of every other coordinate (a constant) plus idx times dim's stride."""
+    x at the flat offset of every other coordinate plus idx times dim's stride (x's shape must
+    be static; idx's may be symbolic)."""
     x, axis, idx = args[0], norm_axis(int(args[1]), ndim(args[0])), args[2]
     xs, ishape = shape(x), shape(idx)
-    if not all(is_static(d) for d in xs + ishape):
-        raise Unsupported("gather needs static shapes")
-    strides = [int(np.prod(xs[i + 1:])) for i in range(len(xs))]
-    grids = np.indices(ishape, dtype=np.int64)
-    base = sum(grids[i] * strides[i] for i in range(len(xs)) if i != axis)
+    if not all(is_static(d) for d in xs):
+        raise Unsupported("gather needs a static input shape")
+    n = len(xs)
+    strides = [int(np.prod(xs[k + 1:])) for k in range(n)]
     i = ctx.cast(idx, "int64")
     i = ctx.op("where", ctx.op("less", i, ctx.const(0, "int64")), ctx.op("add", i, ctx.const(xs[axis], "int64")), i)
-    flat_idx = ctx.op("add", ctx.op("multiply", i, ctx.const(strides[axis], "int64")), ctx.const(base, "int64"))
-    return ctx.op("take", ctx.op("reshape", x, shape=(-1,)), flat_idx, axis=0)
+    flat = ctx.op("multiply", i, ctx.const(strides[axis], "int64"))
+    for k in range(n):
+        if k == axis or strides[k] == 0:
+            continue
+        coord = ctx.op("reshape", ctx.iota(ishape[k]), shape=tuple(-1 if j == k else 1 for j in range(n)))
+        flat = ctx.op("add", flat, ctx.op("multiply", coord, ctx.const(strides[k], "int64")))
+    return ctx.op("take", ctx.op("reshape", x, shape=(-1,)), flat, axis=0)
 
 
 @converter("aten.cumsum")
@@ -227,16 +253,16 @@ def cumsum(ctx: Ctx, node, args, kwargs):
     x, axis = args[0], norm_axis(int(args[1]), ndim(args[0]))
     out = ctx.out_dtype()
     n = shape(x)[axis]
-    if not is_static(n):
-        raise Unsupported("cumsum along a symbolic dim is not supported")
     work = out if out in ("float32", "float64") else "float64"
     t = ctx.cast(x, work)
+    r = ctx.iota(n)       # i <= j: a constant, or computed at run time for a symbolic n
+    tri = ctx.cast(ctx.op("less_equal", ctx.op("expand_dims", r, axis=1), ctx.op("expand_dims", r, axis=0)), work)
     last = ndim(x) - 1
     perm = list(range(ndim(x)))
     perm[axis], perm[last] = perm[last], perm[axis]
     if axis != last:
         t = ctx.op("permute_dims", t, axes=tuple(perm))
-    t = ctx.op("matmul", t, ctx.const(np.triu(np.ones((n, n))), work))
+    t = ctx.op("matmul", t, tri)
     if axis != last:
         t = ctx.op("permute_dims", t, axes=tuple(perm))
     return ctx.cast(t, out)
