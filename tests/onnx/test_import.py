@@ -347,10 +347,7 @@ def test_error_symbolic_shape_needs_pin():
     assert "shape_values" not in pinned  # pinned: folds to a constant
 
 
-def test_error_old_opset_and_dtype():
-    m = model([h.make_node("Relu", ["x"], ["y"])], [("x", F, [2])], [("y", F, None)], opset=9)
-    with pytest.raises(ONNXImportError, match="opset 9 is not supported"):
-        from_onnx(m)
+def test_error_dtype():
     m = model([h.make_node("Relu", ["x"], ["y"])], [("x", TP.BFLOAT16, [2])], [("y", F, None)])
     with pytest.raises(ONNXImportError, match="BFLOAT16"):
         from_onnx(m)
@@ -406,3 +403,25 @@ def test_backend_specialises_runtime_shape_inputs():
     x = rand(2, 6)
     np.testing.assert_array_equal(rep.run([x, np.array([3, 4], np.int64)])[0], x.reshape(3, 4))
     np.testing.assert_array_equal(rep.run([x, np.array([4, 3], np.int64)])[0], x.reshape(4, 3))
+
+
+def test_old_opsets_are_upgraded_on_import(caplog):
+    """An opset-9 model (Upsample, BatchNormalization of its time) is converted to opset 11 with
+    onnx.version_converter, saying so in the log, and matches onnxruntime."""
+    m = model([h.make_node("Upsample", ["x", "scales"], ["u"], mode="nearest"),
+               h.make_node("Relu", ["u"], ["y"])],
+              [("x", F, (1, 2, 3, 3))], [("y", F, None)],
+              inits=[("scales", np.array([1, 1, 2, 2], "float32"))], opset=9)
+    x = rand(1, 2, 3, 3)
+    with caplog.at_level("WARNING", logger="kiln.frontend.onnx"):
+        got = kiln_run(m, {"x": x})
+    assert "opset 9: upgrading it to opset 11" in caplog.text
+    np.testing.assert_allclose(got[0], np.maximum(x.repeat(2, 2).repeat(2, 3), 0))
+
+
+def test_an_old_model_the_converter_cannot_carry_says_so():
+    # an operator with no schema: the converter stops at it and its message names it
+    bad = model([h.make_node("Frobnicate", ["x"], ["y"])], [("x", F, (1, 1, 2, 2))],
+                [("y", F, None)], opset=9)
+    with pytest.raises(ONNXImportError, match=r"opset 9 -> 11 upgrade failed: .*Frobnica"):
+        from_onnx(bad)

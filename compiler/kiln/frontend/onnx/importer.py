@@ -1,6 +1,7 @@
 """``from_onnx``: ONNX ModelProto -> (IRModule, params)."""
 from __future__ import annotations
 
+import logging
 from typing import Dict, Optional
 
 import numpy as np
@@ -13,6 +14,7 @@ from ...ops.registry import OpError
 from .common import Ctx, ONNXImportError, Unsupported, kiln_dtype, lookup
 
 MIN_OPSET = 11
+_log = logging.getLogger("kiln.frontend.onnx")
 
 
 def _to_numpy(tensor) -> np.ndarray:
@@ -70,8 +72,7 @@ def from_onnx(model, shape_dict: Optional[Dict[str, tuple]] = None, name: str = 
     if opset is None:
         raise ONNXImportError("the model imports no default-domain (ai.onnx) opset")
     if opset < MIN_OPSET:
-        raise ONNXImportError(f"opset {opset} is not supported; Kiln imports opset >= {MIN_OPSET} "
-                              f"(convert with onnx.version_converter first)")
+        model, opset = _upgrade(model, opset), MIN_OPSET
     graph = model.graph
     inits = {t.name: t for t in graph.initializer}
     symbols: Dict[str, Var] = {}
@@ -183,6 +184,19 @@ def _const_input(vi, value: np.ndarray) -> Constant:
 def _identity(e):
     # emit_output needs a value to bind; rebinding a var is an alias
     return e
+
+
+def _upgrade(model, opset: int):
+    """``model`` (default-domain opset ``opset`` < MIN_OPSET) converted to MIN_OPSET with
+    onnx.version_converter, saying so in the log; a node the converter cannot carry over is an
+    ONNXImportError naming it (the converter's message names the node and its op)."""
+    import onnx.version_converter
+    _log.warning("ONNX model of opset %d: upgrading it to opset %d with onnx.version_converter",
+                 opset, MIN_OPSET)
+    try:
+        return onnx.version_converter.convert_version(model, MIN_OPSET)
+    except Exception as e:  # the converter raises RuntimeError / ValueError / C++ errors
+        raise ONNXImportError(f"opset {opset} -> {MIN_OPSET} upgrade failed: {e}") from None
 
 
 def _convert_node(ctx: Ctx, node, idx: int, env, opset: int):
