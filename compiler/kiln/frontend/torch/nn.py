@@ -19,9 +19,9 @@ def _pair(v, n=2):
 def convolution(ctx: Ctx, node, args, kwargs):
     a = bind(node, args, kwargs)
     x, w, b = a["input"], a["weight"], a["bias"]
-    if a["transposed"]:
-        raise Unsupported("transposed convolution is not supported")
     nsp = ndim(x) - 2
+    if a["transposed"]:
+        return _conv_transpose(ctx, a, nsp)
     if nsp not in (1, 2):
         raise Unsupported(f"{nsp}-D convolution is not supported (1-D and 2-D are)")
     op = "conv2d" if nsp == 2 else "conv1d"
@@ -30,6 +30,21 @@ def convolution(ctx: Ctx, node, args, kwargs):
     if b is not None:
         y = ctx.op("add", y, ctx.op("reshape", b, shape=(1, -1) + (1,) * nsp))
     return y
+
+
+def _conv_transpose(ctx: Ctx, a, nsp):
+    """The ONNX importer's ConvTranspose (zero-dilate, pad, convolve with the flipped weight),
+    reused rather than written twice: torch's arguments as ONNX attributes."""
+    from ..onnx.common import Unsupported as OnnxUnsupported
+    from ..onnx.nn import conv_transpose as onnx_conv_transpose
+    pad = _pair(a["padding"], nsp)
+    attrs = {"strides": list(_pair(a["stride"], nsp)), "dilations": list(_pair(a["dilation"], nsp)),
+             "output_padding": list(_pair(a["output_padding"], nsp)), "pads": list(pad) * 2,
+             "group": int(a["groups"])}
+    try:
+        return onnx_conv_transpose(ctx, None, [a["input"], a["weight"], a["bias"]], attrs)
+    except OnnxUnsupported as e:
+        raise Unsupported(str(e)) from None
 
 
 @converter("aten.max_pool2d_with_indices")
@@ -228,3 +243,31 @@ def constant_pad_nd(ctx: Ctx, node, args, kwargs):
     for i in range(len(pad) // 2):          # torch lists pads from the last dim backwards
         width[n - 1 - i] = (pad[2 * i], pad[2 * i + 1])
     return ctx.op("pad", x, pad_width=tuple(width), pad_value=float(value))
+
+
+def _resize_size(x, output_size, scales):
+    if output_size:
+        return tuple(int(s) for s in output_size)
+    h, w = shape(x)[2:]
+    if not (is_static(h) and is_static(w)):
+        raise Unsupported("upsampling by a scale factor needs static spatial dims")
+    return int(math.floor(h * scales[0])), int(math.floor(w * scales[1]))
+
+
+@converter("aten.upsample_nearest2d.vec")
+def upsample_nearest2d(ctx: Ctx, node, args, kwargs):
+    """torch's nearest: source = floor(dest * in / out), ONNX's asymmetric + floor."""
+    a = bind(node, args, kwargs)
+    x = a["input"]
+    size = _resize_size(x, a["output_size"], a["scale_factors"])
+    return ctx.op("resize2d", x, size=size, method="nearest", coordinate_transformation_mode="asymmetric",
+                  rounding_method="floor")
+
+
+@converter("aten.upsample_bilinear2d.vec")
+def upsample_bilinear2d(ctx: Ctx, node, args, kwargs):
+    a = bind(node, args, kwargs)
+    x = a["input"]
+    size = _resize_size(x, a["output_size"], a["scale_factors"])
+    mode = "align_corners" if a["align_corners"] else "pytorch_half_pixel"
+    return ctx.op("resize2d", x, size=size, method="linear", coordinate_transformation_mode=mode)
