@@ -108,9 +108,11 @@ class Ctx:
             return eval_op(self, name, args, attrs)
         vals = [self.value(a) for a in args]
         if all(v is not None for v in vals) and not _has_symbolic_dim(attrs):
+            call = kops.call(name, *[Constant(v) for v in vals], **attrs)  # type check
+            if _elements(call.ty) > FOLD_LIMIT:  # computed at run time, not in the importer
+                return self.emit(name, *args, **attrs)
             ref = kops.get(name).reference
             out = ref(*[np.asarray(v) for v in vals], **attrs)
-            call = kops.call(name, *[Constant(v) for v in vals], **attrs)  # type check
             if isinstance(out, tuple):
                 return tuple(Constant(np.asarray(o, dtype=t.dtype)) for o, t in zip(out, call.ty.fields))
             return Constant(np.asarray(out, dtype=call.ty.dtype).reshape(
@@ -163,6 +165,26 @@ def dim(s):
 
 def ndim(e: GraphExpr) -> int:
     return len(e.ty.shape)
+
+
+# The most elements a constant the importer folds may have: 16 Mi (64 MiB of float32). A
+# foldable op with a larger result (Expand, ConstantOfShape, Tile... of constants) is emitted
+# and computed at run time instead: a corrupt or hostile model may ask for terabytes, and
+# constants that large do not belong in an artifact anyway.
+FOLD_LIMIT = 1 << 24
+
+
+def _elements(ty) -> int:
+    """Elements of a tensor type with static dims (of every field of a tuple type); 0 when a
+    dim is not a constant."""
+    if isinstance(ty, TupleType):
+        return sum(_elements(f) for f in ty.fields)
+    n = 1
+    for d in getattr(ty, "shape", ()):
+        if not isinstance(d, IntImm):
+            return 0
+        n *= int(d.value)
+    return n
 
 
 def dtype(e: GraphExpr) -> str:

@@ -101,6 +101,8 @@ def from_onnx(model, shape_dict: Optional[Dict[str, tuple]] = None, name: str = 
                     shape.append(d.dim_value)
                 else:
                     key = d.dim_param or f"{vi.name}_dim{i}"
+                    if isinstance(key, bytes):  # protobuf hands back invalid UTF-8 as bytes
+                        key = key.decode("utf-8", "replace")
                     key = "".join(c if c.isalnum() or c == "_" else "_" for c in key)
                     if key and key[0].isdigit():
                         key = "d" + key
@@ -119,7 +121,12 @@ def from_onnx(model, shape_dict: Optional[Dict[str, tuple]] = None, name: str = 
                               f"the inputs are {[v.name for v in inputs]}")
     init_vars = {}
     for nm, t in inits.items():
-        arr = _to_numpy(t)
+        try:
+            arr = _to_numpy(t)
+        except Unsupported as e:
+            raise ONNXImportError(str(e)) from None
+        except (ValueError, TypeError) as e:  # e.g. dims that do not match the data (numpy's words)
+            raise ONNXImportError(f"initializer {nm!r}: cannot read its data: {e}") from None
         v = GraphVar(nm, TensorType(arr.shape, kiln_dtype(t.data_type)))
         env[nm] = v
         known[v] = arr
@@ -135,6 +142,9 @@ def from_onnx(model, shape_dict: Optional[Dict[str, tuple]] = None, name: str = 
         for idx, node in enumerate(graph.node):
             _convert_node(ctx, node, idx, env, opset)
         for vo in graph.output:
+            if vo.name not in env:
+                raise ONNXImportError(f"graph output {vo.name!r} is produced by no node, input or "
+                                      "initializer")
             e = env[vo.name]
             if ctx.is_symbolic(e):
                 from .materialize import materialize  # a shape returned: computed at run time
@@ -223,7 +233,10 @@ def _convert_node(ctx: Ctx, node, idx: int, env, opset: int):
         raise err from None
     except ONNXImportError:
         raise
-    except (ValueError, TypeError, IndexError, KeyError) as e:
+    except (ValueError, TypeError, IndexError, KeyError, AttributeError, OverflowError,
+            ZeroDivisionError) as e:
+        # a converter meeting what the ONNX spec rules out (an attribute of another type, a
+        # branch that is not a graph, a dim past int64): still an import error naming the node
         raise ONNXImportError(f"{label}: {type(e).__name__}: {e}") from None
     if not isinstance(out, (list, tuple)):
         out = [out]

@@ -2,13 +2,15 @@
 to known symbolic values (symbolic.py) when they involve symbolic dims."""
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from onnx import numpy_helper
 
 from ...ir.expr import IntImm, Var
 from ...ops.registry import OpError
 from . import symbolic
-from .common import (Unsupported, converter, dim, dtype, kiln_dtype, ndim, norm_axis,
+from .common import (FOLD_LIMIT, Unsupported, converter, dim, dtype, kiln_dtype, ndim, norm_axis,
                      static_shape)
 
 
@@ -59,9 +61,12 @@ def constant_of_shape(ctx, node, ins, attrs):
     shp = symbolic.dims(ctx, ins[0], "the shape input")
     v = numpy_helper.to_array(attrs["value"]) if "value" in attrs else np.zeros(1, np.float32)
     kiln_dtype(attrs["value"].data_type if "value" in attrs else 1, "value: ")
-    if all(isinstance(d, int) for d in shp):
+    if any(isinstance(d, int) and d < 0 for d in shp):
+        raise Unsupported(f"the shape input {tuple(shp)} has a negative dim")
+    if all(isinstance(d, int) for d in shp) and math.prod(shp) <= FOLD_LIMIT:
         return ctx.const(np.full(shp, v.reshape(-1)[0], dtype=v.dtype))
-    # a symbolic shape: the scalar broadcast at run time
+    # a symbolic shape, or one too large to fold into a constant at import time (a corrupt or
+    # hostile model may ask for terabytes): the scalar broadcast at run time
     return ctx.op("broadcast_to", ctx.const(v.reshape(-1)[0]), shape=tuple(shp))
 
 
