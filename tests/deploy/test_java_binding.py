@@ -76,6 +76,7 @@ def jvm(java_build):
 
     class K:
         KilnModule = jpype.JClass("ai.kiln.KilnModule")
+        Module = jpype.JClass("ai.kiln.Module")
         NDArray = jpype.JClass("ai.kiln.NDArray")
         Device = jpype.JClass("ai.kiln.Device")
         Value = jpype.JClass("ai.kiln.Value")
@@ -143,7 +144,7 @@ def test_api_md_block(jvm, mlp_artifact):
     K = jvm
     args_np = [np.load(p) for p in [mlp_artifact.input_npy, *mlp_artifact.param_npys]]
     x, w1, b1, w2, b2 = [K.nd(a) for a in args_np]
-    with K.KilnModule.load(str(mlp_artifact.so_path)) as lib:
+    with K.Module.load(str(mlp_artifact.so_path)) as lib:        # Module: as API.md writes it
         vm = lib.getFunction("load_executable").invoke().asModule()
         vm.getFunction("init").pushArg(K.Device.cpu()).invoke()
         out = (vm.getFunction("forward").pushArg(x).pushArg(w1).pushArg(b1).pushArg(w2)
@@ -152,6 +153,16 @@ def test_api_md_block(jvm, mlp_artifact):
     np.testing.assert_allclose(jvm.np(out), mlp_artifact.expected(), rtol=1e-5, atol=1e-5)
     out.close()
     vm.close()
+
+
+def test_module_is_the_old_name_of_kiln_module(jvm, mlp_artifact):
+    """Every module is a Module (the old name, imported by name it wins over java.lang.Module)
+    and a KilnModule (the name that compiles with ``import ai.kiln.*``)."""
+    K = jvm
+    with K.KilnModule.load(str(mlp_artifact.so_path)) as lib:
+        vm = lib.getFunction("load_executable").invoke().asModule()
+        assert isinstance(lib, K.Module) and isinstance(vm, K.Module) and isinstance(vm, K.KilnModule)
+        vm.close()
 
 
 def test_call_from_several_threads(jvm, mlp):

@@ -15,10 +15,12 @@ import java.util.List;
  * must not be closed while another thread uses it.
  *
  * <p>Named {@code KilnModule}, not {@code Module}, so that {@code import ai.kiln.*;} compiles
- * beside the implicit {@code java.lang.*} (whose {@code Module} the old name clashed with).
+ * beside the implicit {@code java.lang.*} (whose {@code Module} the old name clashed with). Every
+ * module is also an {@link ai.kiln.Module}, the old name, which code that imports it by name
+ * ({@code import ai.kiln.Module;}, which wins over {@code java.lang.Module}) keeps using.
  */
-public final class KilnModule extends NativeHandle {
-    KilnModule(long handle) { // called by the JNI shim, which hands over one reference
+public class KilnModule extends NativeHandle {
+    KilnModule(long handle) { // through Module, which every module is: see its constructor
         super(handle, Native::moduleRelease);
     }
 
@@ -29,10 +31,7 @@ public final class KilnModule extends NativeHandle {
      *     Kiln library, VERSION_MISMATCH for another ABI version
      */
     public static KilnModule load(String path) {
-        if (path == null) {
-            throw new NullPointerException("path");
-        }
-        return new KilnModule(Native.moduleLoad(path));
+        return Module.load(path);
     }
 
     /**

@@ -79,8 +79,9 @@ public final class Value implements AutoCloseable {
         return (NDArray) expect(Kind.TENSOR);
     }
 
-    public KilnModule asModule() {
-        return (KilnModule) expect(Kind.MODULE);
+    /** The module (a {@link Module}, which is a {@link KilnModule}). */
+    public Module asModule() {
+        return (Module) expect(Kind.MODULE);
     }
 
     public Function asFunction() {
