@@ -23,19 +23,23 @@ AVX512 = "llvm -mcpu=skylake-avx512"
 AARCH64 = "llvm -mtriple=aarch64-linux-gnu"
 
 
-def _attention_graph(b, m, d, n, dv, mask_shape=(), scale=0.125, mask_first=False, divide=False):
-    """The graph exporters write: matmul, scale, + mask, softmax, matmul."""
+def _attention_graph(b, m, d, n, dv, mask_shape=(), scale=0.125, mask_first=False, divide=False,
+                     bool_mask=False):
+    """The graph exporters write: matmul, scale, + mask (or where(bool mask, s, lowest), as
+    PyTorch's boolean attn_mask), softmax, matmul."""
     q, kt, v = typed("q", b + (m, d)), typed("kt", b + (d, n)), typed("v", b + (n, dv))
     params = [q, kt, v]
     if mask_shape:
-        params.append(typed("mask", mask_shape))
+        params.append(typed("mask", mask_shape, "bool" if bool_mask else "float32"))
 
     def body(emit, q, kt, v, *mask):
         s = emit("matmul", q, kt)
         if scale is not None:
             c = Constant(np.array(1.0 / scale if divide else scale, "float32"))
             s = emit("divide" if divide else "multiply", s, c)
-        if mask:
+        if mask and bool_mask:
+            s = emit("where", mask[0], s, Constant(np.array(np.finfo(np.float32).min, "float32")))
+        elif mask:
             s = emit("add", *((mask[0], s) if mask_first else (s, mask[0])))
         p = emit("softmax", s, axis=-1)
         return ops.call("matmul", p, v)
@@ -43,10 +47,14 @@ def _attention_graph(b, m, d, n, dv, mask_shape=(), scale=0.125, mask_first=Fals
 
 
 def _args(mod, seed=0):
-    out = [rand(p.ty.static_shape(), seed=seed + i) for i, p in enumerate(mod["main"].params)]
-    if len(out) == 4:   # a causal mask, as GPT-2 adds it
+    params = mod["main"].params
+    out = [rand(p.ty.static_shape(), seed=seed + i) for i, p in enumerate(params)]
+    if len(out) == 4:   # a causal mask, as GPT-2 adds it (or as a bool: True = attend)
         m, n = out[3].shape[-2:]
-        out[3] = np.broadcast_to(np.triu(np.full((m, n), -1e4, "float32"), 1), out[3].shape).copy()
+        if params[3].ty.dtype == "bool":
+            out[3] = np.broadcast_to(np.tril(np.ones((m, n), bool)), out[3].shape).copy()
+        else:
+            out[3] = np.broadcast_to(np.triu(np.full((m, n), -1e4, "float32"), 1), out[3].shape).copy()
     return out
 
 
@@ -90,6 +98,7 @@ def test_attention_op_errors_name_the_shapes(shapes, match):
     dict(mask_shape=(1, 1, 16, 16)),
     dict(mask_shape=(1, 1, 16, 16), mask_first=True),
     dict(mask_shape=(16, 16), divide=True),
+    dict(mask_shape=(16, 16), bool_mask=True),
     dict(),
     dict(scale=None),
 ])

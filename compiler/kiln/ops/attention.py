@@ -11,11 +11,14 @@ in ``q``, ``kt`` and ``v``::
     out (b..., M, Dv) = softmax(q @ kt * scale + mask, axis=-1) @ v
 
 ``kt`` is the keys already transposed, as ONNX exporters write attention
-(``MatMul(Q, Transpose(K))``); the mask is added (``-inf`` or a large negative number hides a
-key). Blocks, in order::
+(``MatMul(Q, Transpose(K))``); a float mask is added (``-inf`` or a large negative number hides
+a key), a bool mask keeps the scores where it is True and puts ``mask_fill`` (default: float32's
+lowest) elsewhere, as ``where(mask, scores, fill)`` (PyTorch's boolean ``attn_mask``). Blocks,
+in order::
 
     attention_score[b, i, j]  = sum_k q[b, i, k] * kt[b, k, j]
-    attention_logit[b, i, j]  = attention_score * scale + mask          (inlined by the rule)
+    attention_logit[b, i, j]  = attention_score * scale + mask          (inlined by the rule;
+                                or mask ? attention_score * scale : mask_fill)
     attention_max[b, i]       = max_j attention_logit
     attention_exp[b, i, j]    = exp(attention_logit - attention_max)
     attention_sum[b, i]       = sum_j attention_exp
@@ -47,8 +50,9 @@ def _shapes(types):
     args = tensor_args(NAME, types, names=names, count=len(types))
     q, kt, v = args[:3]
     for name, t in zip(names, args):
-        if t.dtype != "float32":
-            raise error(NAME, f"{name} must be float32, got {t.dtype}")
+        if t.dtype != "float32" and not (name == "mask" and t.dtype == "bool"):
+            raise error(NAME, f"{name} must be float32{' or bool' if name == 'mask' else ''}, "
+                              f"got {t.dtype}")
     if q.ndim < 2 or kt.ndim != q.ndim or v.ndim != q.ndim:
         raise error(NAME, f"q, kt and v must have the same rank >= 2, got q {shape_str(q.shape)}, "
                           f"kt {shape_str(kt.shape)}, v {shape_str(v.shape)}")
@@ -76,16 +80,25 @@ def _shapes(types):
     return batch, m, d, n, dv
 
 
-def _scale(attrs) -> float:
-    s = get_attrs(NAME, attrs, scale=1.0)["scale"]
-    if isinstance(s, bool) or not isinstance(s, (int, float)) or not np.isfinite(s):
-        raise error(NAME, f"scale={s!r} must be a finite number")
-    return float(s)
+LOWEST = float(np.finfo(np.float32).min)
+
+
+def _attrs(attrs):
+    """(scale, mask_fill) of a call, checked."""
+    a = get_attrs(NAME, attrs, scale=1.0, mask_fill=LOWEST)
+    for key in ("scale", "mask_fill"):
+        v = a[key]
+        # (a fill of -inf is allowed: a row masked everywhere is then NaN, as unfused)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or np.isnan(v) or v == np.inf \
+                or (key == "scale" and not np.isfinite(v)):
+            raise error(NAME, f"{key}={v!r} must be a finite number"
+                              f"{' or -inf' if key == 'mask_fill' else ''}")
+    return float(a["scale"]), float(a["mask_fill"])
 
 
 def _infer(types, attrs):
     batch, m, _, _, dv = _shapes(types)
-    _scale(attrs)
+    _attrs(attrs)
     return TensorType(tuple(batch) + (m, dv), "float32")
 
 
@@ -93,7 +106,8 @@ def _compute(args, attrs):
     q, kt, v = args[:3]
     mask = args[3] if len(args) == 4 else None
     batch, m, d, n, dv = _shapes([TensorType(t.shape, t.dtype) for t in args])
-    scale = literal(_scale(attrs), "float32")
+    scale_value, fill_value = _attrs(attrs)
+    scale = literal(scale_value, "float32")
     nb = len(batch)
     k = te.reduce_axis(d, name="k")
     score = te.compute(tuple(batch) + (m, n),
@@ -104,7 +118,10 @@ def _compute(args, attrs):
         s = score[i] * scale
         if mask is None:
             return s
-        return s + mask[broadcast_indices(i, mask.shape, tuple(batch) + (m, n))]
+        mv = mask[broadcast_indices(i, mask.shape, tuple(batch) + (m, n))]
+        if mask.dtype == "bool":
+            return te.if_then_else(mv, s, literal(fill_value, "float32"))
+        return s + mv
     lg = te.compute(tuple(batch) + (m, n), logit, name="attention_logit")
     j1 = te.reduce_axis(n, name="j")
     mx = te.compute(tuple(batch) + (m,), lambda *r: te.max(lg[r + (j1,)], axis=j1), name="attention_max")
@@ -118,10 +135,13 @@ def _compute(args, attrs):
     return te.compute(tuple(batch) + (m, dv), lambda *i: pv[i] / sm[i[:-1]], name=NAME)
 
 
-def attention_reference(q, kt, v, mask=None, scale=1.0):
-    """numpy: ``softmax(q @ kt * scale + mask, axis=-1) @ v`` in float64, cast back."""
+def attention_reference(q, kt, v, mask=None, scale=1.0, mask_fill=LOWEST):
+    """numpy: ``softmax(q @ kt * scale + mask, axis=-1) @ v`` (a bool mask: ``where(mask,
+    q @ kt * scale, mask_fill)``) in float64, cast back."""
     s = np.matmul(q.astype("float64"), kt.astype("float64")) * scale
-    if mask is not None:
+    if mask is not None and mask.dtype == np.bool_:
+        s = np.where(mask, s, np.float64(mask_fill))
+    elif mask is not None:
         s = s + mask.astype("float64")
     s = np.exp(s - s.max(axis=-1, keepdims=True))
     p = s / s.sum(axis=-1, keepdims=True)
@@ -129,6 +149,7 @@ def attention_reference(q, kt, v, mask=None, scale=1.0):
 
 
 register(NAME, infer=_infer, compute=_compute, reference=attention_reference, pattern="opaque",
-         doc="attention(q, kt, v[, mask], scale=1.0): softmax(q @ kt * scale + mask, axis=-1) @ v "
-             "for q (b..., M, D), kt (b..., D, N), v (b..., N, Dv), float32; the mask broadcasts "
-             "to (b..., M, N). One kernel (see ops/attention.py); made by the fuse_attention pass.")
+         doc="attention(q, kt, v[, mask], scale=1.0, mask_fill=lowest): softmax(q @ kt * scale + "
+             "mask, axis=-1) @ v for q (b..., M, D), kt (b..., D, N), v (b..., N, Dv), float32; the "
+             "mask broadcasts to (b..., M, N); a bool mask keeps the scores where True and puts "
+             "mask_fill elsewhere. One kernel (see ops/attention.py); made by fuse_attention.")

@@ -4,7 +4,8 @@
 
     lv15 = R.matmul(q, kt)                 # (b..., M, D) @ (b..., D, N)
     lv16 = R.multiply(lv15, R.const(0.125))          # optional: a scalar scale (or divide)
-    lv17 = R.add(lv16, mask)                         # optional: an additive mask
+    lv17 = R.add(lv16, mask)                         # optional: an additive mask, or
+                                                     # R.where(bool_mask, lv16, R.const(fill))
     lv18 = R.softmax(lv17, axis=-1)
     lv19 = R.matmul(lv18, v)               # (b..., M, N) @ (b..., N, Dv)
   ->
@@ -47,10 +48,10 @@ def _single_use(e: GraphExpr, defs, uses, op: str) -> Optional[Call]:
 
 
 def match_attention(call: Call, defs: Dict[GraphVar, GraphExpr], uses
-                    ) -> Optional[Tuple[tuple, float, list]]:
+                    ) -> Optional[Tuple[tuple, dict, list]]:
     """For ``call`` = ``matmul(softmax(...), v)`` of the attention pattern (module docstring):
-    (the attention call's arguments, scale, the variables the fused call replaces), else
-    None."""
+    (the attention call's arguments, its attributes, the variables the fused call replaces),
+    else None."""
     if call.op != "matmul" or len(call.args) != 2:
         return None
     probs, v = call.args
@@ -58,9 +59,15 @@ def match_attention(call: Call, defs: Dict[GraphVar, GraphExpr], uses
     if sm is None or dict(sm.attrs).get("axis", -1) not in (-1, sm.ty.ndim - 1):
         return None
     replaced = [probs]
-    x, mask, scale = sm.args[0], None, 1.0
+    x, mask, scale, fill = sm.args[0], None, 1.0, None
     add = _single_use(x, defs, uses, "add")
-    if add is not None:
+    where = _single_use(x, defs, uses, "where")
+    if where is not None and where.args[0].ty.dtype == "bool" \
+            and _scalar(where.args[2]) is not None:
+        # PyTorch's boolean attn_mask: where(mask, scores, lowest)
+        replaced.append(x)
+        mask, fill, x = where.args[0], _scalar(where.args[2]), where.args[1]
+    elif add is not None:
         for score_side, mask_side in ((0, 1), (1, 0)):
             inner = add.args[score_side]
             if _single_use(inner, defs, uses, "multiply") or _single_use(inner, defs, uses, "divide") \
@@ -86,15 +93,16 @@ def match_attention(call: Call, defs: Dict[GraphVar, GraphExpr], uses
     replaced.append(x)
     q, kt = qk.args
     args = (q, kt, v) + ((mask,) if mask is not None else ())
+    attrs = {"scale": scale, **({"mask_fill": fill} if fill is not None else {})}
     if not all(isinstance(a.ty, TensorType) for a in args) or not np.isfinite(scale):
         return None
     try:
-        fused = op_call("attention", *args, scale=scale)
+        fused = op_call("attention", *args, **attrs)
     except OpError:          # batch dims that broadcast, another dtype, a mask of another shape
         return None
     if not same_shape(fused.ty.shape, call.ty.shape):
         return None
-    return args, scale, replaced
+    return args, attrs, replaced
 
 
 def fuse_attention(ctx: Optional[PassContext] = None) -> Pass:
@@ -115,8 +123,8 @@ def fuse_attention(ctx: Optional[PassContext] = None) -> Pass:
                     if isinstance(b.value, Call):
                         m = match_attention(b.value, defs, uses)
                         if m is not None:
-                            args, scale, replaced = m
-                            fused[b.var] = op_call("attention", *args, scale=scale)
+                            args, attrs, replaced = m
+                            fused[b.var] = op_call("attention", *args, **attrs)
                             dropped.update(replaced)
             if not fused:
                 continue
