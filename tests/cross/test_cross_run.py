@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("onnx")
 
 import kiln  # noqa: E402
-from conftest import MODELS, TARGETS, compile_onnx, inputs_for, need_qemu  # noqa: E402
+from cross_helpers import MODELS, TARGETS, compile_onnx, inputs_for, need_qemu  # noqa: E402
 from kiln.executable.foreign import ForeignRunError, library_triple, run_foreign  # noqa: E402
 
 
@@ -83,7 +83,7 @@ def test_cli_compile_target_and_run_under_qemu(arch, tmp_path):
 def test_cli_run_names_the_missing_qemu_package(tmp_path):
     """Without qemu on PATH, `kiln run` of a foreign library says which package to install."""
     target = TARGETS["armv7"]
-    from conftest import need_toolchain
+    from cross_helpers import need_toolchain
     need_toolchain(target)
     lib = compile_onnx(MODELS["mlp"](), target).export_library(tmp_path / "mlp.so")
     np.save(tmp_path / "x.npy", inputs_for("mlp")[0][0])

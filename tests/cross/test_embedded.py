@@ -14,8 +14,8 @@ import pytest
 pytest.importorskip("onnx")
 
 import kiln  # noqa: E402
-from conftest import MODELS, TARGETS, compile_onnx, need_qemu  # noqa: E402
-from test_static_cross import HERE, ROOT, _x, build_runtime  # noqa: E402
+from cross_helpers import MODELS, TARGETS, compile_onnx, need_qemu  # noqa: E402
+from cross_helpers import HERE, ROOT, build_runtime, static_x as _x  # noqa: E402
 
 # Symbols the embedded runtime must not use: dynamic loading, threads, files.
 FORBIDDEN = {"dlopen", "dlsym", "dlclose", "pthread_create", "pthread_mutex_lock", "open", "fopen",

@@ -1,10 +1,9 @@
-"""Issue 15: an app linked from export_static for a foreign triple (armv7, aarch64, riscv64) (the model's archive, the
-runtime cross-built for that triple, one C file) runs under qemu with no other file, and prints
-what the x86-64 build computes."""
+"""Issue 15: an app linked from export_static for a foreign triple (armv7, aarch64, riscv64: the
+model's archive, the runtime cross-built for that triple, one C file) runs under qemu with no
+other file, and prints what the x86-64 build computes."""
 from __future__ import annotations
 
 import os
-import pathlib
 import shutil
 import subprocess
 import sys
@@ -15,24 +14,9 @@ import pytest
 pytest.importorskip("onnx")
 
 import kiln  # noqa: E402
-from conftest import MODELS, TARGETS, compile_onnx, need_qemu  # noqa: E402
+from cross_helpers import (HERE, MODELS, ROOT, TARGETS, build_runtime, compile_onnx,  # noqa: E402
+                           need_qemu, static_x as _x)
 from kiln.codegen.toolchain import cross_cc, qemu_command  # noqa: E402
-
-HERE = pathlib.Path(__file__).parent
-ROOT = HERE.parents[1]
-
-
-def _x():
-    return (((np.arange(32) * 7) % 19 - 9) / 16).astype("float32").reshape(2, 16)
-
-
-def build_runtime(triple: str, runtime_make, dest, variant: str = ""):
-    """Cross-build the runtime for ``triple`` (``variant``: a make target such as "embedded",
-    else the default build) and copy its static library to ``dest``."""
-    sub = f"{triple}/{variant}/" if variant else f"{triple}/"
-    runtime_make(f"TARGET={triple}", variant or "all", copy={f"{sub}libkiln_runtime.a": dest})
-    return dest
-
 
 @pytest.mark.parametrize("arch", ["armv7", "aarch64", "riscv64"])
 def test_export_static_app_runs_under_qemu(arch, tmp_path, runtime_make):

@@ -80,7 +80,7 @@ def host_runner(tmp_path_factory, runtime_make):
 
 
 def test_host_runner_runs_a_model_and_checks_npy_files(host_runner, tmp_path):
-    from conftest import MODELS, compile_onnx, inputs_for
+    from cross_helpers import MODELS, compile_onnx, inputs_for
     ex = compile_onnx(MODELS["if"](), "llvm")
     lib = ex.export_library(tmp_path / "if.so")
     vm = kiln.VirtualMachine(ex, kiln.cpu())

@@ -1,9 +1,15 @@
-"""Helpers for tests/cross: the three foreign triples, ONNX models, and skips that name what is
+"""Helpers for tests/cross (a plain module: every test folder's conftest.py is named "conftest",
+so importing from one is ambiguous in a whole-suite run): the three foreign triples, ONNX models, and skips that name what is
 missing (the cross toolchain, qemu-user or a target's C library)."""
 from __future__ import annotations
 
+import pathlib
+
 import numpy as np
 import pytest
+
+HERE = pathlib.Path(__file__).parent
+ROOT = HERE.parents[1]
 
 # The triples of issue 15, as kiln.compile / `kiln compile --target` take them.
 TARGETS = {
@@ -114,3 +120,16 @@ def compile_onnx(model, target):
     mod, params = kiln.frontend.from_onnx(model)
     mod = kiln.transform.bind_params("main", params)(mod)
     return kiln.compile(mod, target=target, pipeline="default")
+
+
+def static_x():
+    """The input the programs in programs/ compute: x of shape (2, 16), x[i] = ((i * 7) % 19 - 9) / 16."""
+    return (((np.arange(32) * 7) % 19 - 9) / 16).astype("float32").reshape(2, 16)
+
+
+def build_runtime(triple: str, runtime_make, dest, variant: str = ""):
+    """Cross-build the runtime for ``triple`` (``variant``: a make target such as "embedded",
+    else the default build) and copy its static library to ``dest``."""
+    sub = f"{triple}/{variant}/" if variant else f"{triple}/"
+    runtime_make(f"TARGET={triple}", variant or "all", copy={f"{sub}libkiln_runtime.a": dest})
+    return dest
