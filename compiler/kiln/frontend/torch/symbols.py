@@ -50,9 +50,9 @@ class SymbolTable:
         if isinstance(e, sympy.Mul):
             return _fold(args, lambda a, b: a * b)
         if isinstance(e, tf.FloorDiv):
-            return _pe(args[0]) // args[1]
+            return _pe(args[0]) // _pe(args[1])
         if isinstance(e, (tf.Mod, tf.PythonMod)):
-            return _pe(args[0]) % args[1]
+            return _pe(args[0]) % _pe(args[1])
         if isinstance(e, (sympy.Min, sympy.Max)):
             from ...ir.expr import Max, Min
             cls = Min if isinstance(e, sympy.Min) else Max
@@ -68,9 +68,17 @@ def _pe(v) -> PrimExpr:
 
 
 def _fold(args, f):
+    # int64 constants beside the int64 dims: a plain int would be an int32 literal cast to
+    # int64 (Cast(int64, 8) * batch), which kernels cannot match against 8 * batch
+    if not any(isinstance(a, PrimExpr) for a in args):
+        out = args[0]
+        for a in args[1:]:
+            out = f(out, a)
+        return out
+    args = sorted((_pe(a) for a in args), key=lambda a: isinstance(a, IntImm))   # dims first
     out = args[0]
     for a in args[1:]:
-        out = f(out, a) if isinstance(out, PrimExpr) or isinstance(a, PrimExpr) else f(out, a)
+        out = f(out, a)
     return out
 
 

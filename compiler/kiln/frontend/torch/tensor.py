@@ -21,6 +21,9 @@ def _same(a, b) -> bool:
 @converter("aten.view", "aten._unsafe_view", "aten.reshape")
 def view(ctx: Ctx, node, args, kwargs):
     x, dims = args[0], sizes(args[1])
+    # torch's recorded sizes rather than its -1: an inferred -1 over symbolic dims comes out as
+    # an expression with casts, which kernels cannot match against the same size elsewhere
+    dims = [ctx.out_size(i) for i in range(len(dims))]
     if len(dims) == ndim(x) and all(_same(a, b) for a, b in zip(dims, shape(x))):
         return x
     return ctx.op("reshape", x, shape=tuple(dims))
