@@ -79,8 +79,11 @@ def range_(ctx, node, ins, attrs):
         if s is None or l is None or d is None:
             raise Unsupported("Range's inputs must be scalars")
         return range_op(ctx, s, l, d, ins[0].ty.dtype)
-    s, l, d = (ctx.need_value(e, "Range's inputs") for e in ins)
-    return ctx.const(np.arange(s, l, d).astype(np.asarray(s).dtype))
+    s, l, d = (np.asarray(ctx.need_value(e, "Range's inputs")) for e in ins)
+    if s.size != 1 or l.size != 1 or d.size != 1:
+        raise Unsupported(f"Range's inputs must be scalars, got shapes {s.shape}, {l.shape}, {d.shape}")
+    # (one-element tensors, as some exporters write them, are taken as the scalar they hold)
+    return ctx.const(np.arange(s.reshape(()), l.reshape(()), d.reshape(())).astype(s.dtype))
 
 
 @converter("Reshape")
