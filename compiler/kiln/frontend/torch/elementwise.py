@@ -114,6 +114,53 @@ def remainder(ctx: Ctx, node, args, kwargs):
     return ctx.cast(ctx.op("subtract", a, ctx.op("multiply", q, b)), out)
 
 
+def _float_in(ctx, x):
+    return ctx.cast(x, ctx.out_dtype())
+
+
+@converter("aten.log1p")
+def log1p(ctx, node, args, kwargs):
+    x = _float_in(ctx, args[0])
+    return ctx.op("log", ctx.op("add", x, ctx.const(1, x.ty.dtype)))
+
+
+@converter("aten.expm1")
+def expm1(ctx, node, args, kwargs):
+    x = _float_in(ctx, args[0])
+    return ctx.op("subtract", ctx.op("exp", x), ctx.const(1, x.ty.dtype))
+
+
+@converter("aten.tan")
+def tan(ctx, node, args, kwargs):
+    x = _float_in(ctx, args[0])
+    return ctx.op("divide", ctx.op("sin", x), ctx.op("cos", x))
+
+
+@converter("aten.sign")
+def sign(ctx, node, args, kwargs):
+    x = args[0]
+    d = x.ty.dtype
+    if d == "bool":
+        return x
+    one, zero = ctx.const(1, d), ctx.const(0, d)
+    neg = ctx.op("where", ctx.op("less", x, zero), ctx.const(-1, d), zero)
+    return ctx.op("where", ctx.op("greater", x, zero), one, neg)
+
+
+@converter("aten.trunc")
+def trunc(ctx, node, args, kwargs):
+    x = args[0]
+    if not dt.is_float(x.ty.dtype):
+        return x
+    return ctx.op("where", ctx.op("less", x, ctx.const(0, x.ty.dtype)), ctx.op("ceil", x), ctx.op("floor", x))
+
+
+@converter("aten.isnan")
+def isnan(ctx, node, args, kwargs):
+    x = args[0]
+    return ctx.op("not_equal", x, x)          # NaN is the one value unequal to itself
+
+
 @converter("aten.reciprocal")
 def reciprocal(ctx, node, args, kwargs):
     out = ctx.out_dtype()

@@ -83,6 +83,21 @@ def adaptive_avg_pool2d(ctx, node, args, kwargs):
     return ctx.op("adaptive_avg_pool2d", x, output_size=size)
 
 
+@converter("aten.adaptive_max_pool2d")
+def adaptive_max_pool2d(ctx, node, args, kwargs):
+    """Global (output 1x1) or evenly dividing bins, as a max reduction or a max pool."""
+    x, size = args[0], _pair(args[1])
+    h, w = shape(x)[2:]
+    if size == (1, 1):
+        y = ctx.op("max", x, axis=(2, 3), keepdims=True)
+    elif is_static(h) and is_static(w) and h % size[0] == 0 and w % size[1] == 0:
+        k = (h // size[0], w // size[1])
+        y = ctx.op("max_pool2d", x, pool_size=k, strides=k)
+    else:
+        raise Unsupported(f"adaptive max pooling of {h}x{w} to {size[0]}x{size[1]} (uneven bins) is not supported")
+    return y, NotComputed("the adaptive max-pool indices")
+
+
 def _ones(ctx, x, axis, value):
     c = shape(x)[axis]
     if not is_static(c):

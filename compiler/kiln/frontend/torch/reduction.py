@@ -99,3 +99,26 @@ def topk(ctx: Ctx, node, args, kwargs):
     a = bind(node, args, kwargs)
     x = a["self"]
     return ctx.op("topk", x, k=int(a["k"]), axis=norm_axis(int(a["dim"]), ndim(x)), largest=bool(a["largest"]))
+
+
+@converter("aten.var_mean")
+def var_mean(ctx: Ctx, node, args, kwargs):
+    a = bind(node, args, kwargs)
+    v = var(ctx, node, args, kwargs)
+    m = ctx.op("mean", a["self"], axis=_axes(a["self"], a.get("dim")), keepdims=bool(a.get("keepdim") or False))
+    return v, m
+
+
+@converter("aten.linalg_vector_norm")
+def vector_norm(ctx: Ctx, node, args, kwargs):
+    a = bind(node, args, kwargs)
+    x = ctx.cast(a["self"], ctx.out_dtype())
+    ord_, axes, keep = float(a["ord"]), _axes(x, a["dim"]), bool(a["keepdim"])
+    ax = ctx.op("abs", x)
+    if ord_ == float("inf"):
+        return ctx.op("max", ax, axis=axes, keepdims=keep)
+    if ord_ == 1:
+        return ctx.op("sum", ax, axis=axes, keepdims=keep)
+    if ord_ == 2:
+        return ctx.op("sqrt", ctx.op("sum", ctx.op("multiply", x, x), axis=axes, keepdims=keep))
+    raise Unsupported(f"vector norm of order {ord_} is not supported (1, 2, inf are)")

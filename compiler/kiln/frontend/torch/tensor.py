@@ -111,6 +111,16 @@ def select(ctx: Ctx, node, args, kwargs):
     return ctx.op("take", x, ctx.const(int(index), "int64"), axis=axis)
 
 
+@converter("aten.flip")
+def flip(ctx: Ctx, node, args, kwargs):
+    x = args[0]
+    axes = tuple(sorted(norm_axis(int(d), ndim(x)) for d in args[1]))
+    if not axes:
+        return x
+    return ctx.op("strided_slice", x, begin=(-1,) * len(axes), end=(-_END - 1,) * len(axes),
+                  strides=(-1,) * len(axes), axes=axes)
+
+
 @converter("aten.cat", "aten.concat")
 def cat(ctx: Ctx, node, args, kwargs):
     xs = [ctx.cast(x, ctx.out_dtype()) for x in args[0]]
