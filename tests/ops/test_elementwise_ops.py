@@ -233,3 +233,13 @@ def test_shifts_give_zero_past_the_width(dtype, check_op, rand):
     a = rand((5, amounts.size), dtype, low=max(np.iinfo(dtype).min, -100), high=100)
     for op in ("left_shift", "right_shift"):
         check_op(op, [a, np.broadcast_to(amounts, a.shape).copy()])
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64", "int32", "int64"])
+def test_remainder(dtype, check_op, rand):
+    a, b = rand((4, 6), dtype, low=-20, high=20, seed=1), rand((6,), dtype, low=1, high=7, seed=2)
+    b[::2] *= -1
+    if dtype.startswith("float"):
+        a[0, :4] = [np.inf, -1.0, 3.0, -0.0]
+        b[:4] = [3.0, np.inf, -np.inf, 5.0]
+    check_op("remainder", [a, b])

@@ -230,6 +230,10 @@ _register_broadcast("divide", lambda x, y: x / y, _same(np.divide), FLOAT_DTYPES
                     "numpy broadcasting.")
 _register_broadcast("power", lambda x, y: te.pow(x, y), _same(np.power), FLOAT_DTYPES,
                     "power(a, b): a ** b (floats) with numpy broadcasting.")
+_register_broadcast("remainder", lambda x, y: x % y, _same(np.remainder), NUMERIC_DTYPES,
+                    "remainder(a, b): numpy's remainder (the sign of b; a - floor(a / b) * b, exact "
+                    "for floats: remainder(-1, inf) is inf, remainder(inf, b) nan) with numpy "
+                    "broadcasting. Integer division by zero is undefined.")
 _register_broadcast("maximum", lambda x, y: te.max(x, y), _same(np.maximum), NUMERIC_DTYPES,
                     "maximum(a, b): the larger of a and b with numpy broadcasting.")
 _register_broadcast("minimum", lambda x, y: te.min(x, y), _same(np.minimum), NUMERIC_DTYPES,

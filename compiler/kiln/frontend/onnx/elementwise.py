@@ -260,6 +260,8 @@ def mod(ctx, node, ins, attrs):
     a, b = ins
     d = dtype(a)
     fmod = attrs.get("fmod", 0)
+    if dt.is_float(d) and not fmod:
+        return ctx.op("remainder", a, b)   # numpy's, exact for infinities and signed zeros
     if dt.is_float(d):
         q = ctx.op("divide", a, b)
         if fmod:
