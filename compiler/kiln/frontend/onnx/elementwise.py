@@ -47,6 +47,18 @@ def bit_shift(ctx, node, ins, attrs):
     return ctx.op("left_shift" if direction == "LEFT" else "right_shift", ins[0], ins[1])
 
 
+@converter("Shrink")
+def shrink(ctx, node, ins, attrs):
+    """x + bias below -lambd, x - bias above lambd, 0 between."""
+    x = ins[0]
+    bias, lambd = float(attrs.get("bias", 0.0)), float(attrs.get("lambd", 0.5))
+    zero = scalar_like(ctx, 0, x)
+    below = ctx.op("less", x, scalar_like(ctx, -lambd, x))
+    above = ctx.op("greater", x, scalar_like(ctx, lambd, x))
+    return ctx.op("where", below, ctx.op("add", x, scalar_like(ctx, bias, x)),
+                  ctx.op("where", above, ctx.op("subtract", x, scalar_like(ctx, bias, x)), zero))
+
+
 @converter("Div")
 def div(ctx, node, ins, attrs):
     a, b = ins
