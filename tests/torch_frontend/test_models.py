@@ -151,3 +151,16 @@ def test_buffers_by_pytorch_name():
     assert "bn1.running_mean" in params and "bn1.running_var" in params
     assert "bn1.num_batches_tracked" not in params        # unused by the inference program
     np.testing.assert_array_equal(params["bn2.running_var"], model.bn2.running_var.numpy())
+
+
+@pytest.mark.parametrize("decompose", [True, False])
+def test_program_decomposed_by_the_user(decompose):
+    # run_decompositions() with torch's default table also breaks up linear and
+    # scaled_dot_product_attention (into bmm, softmax and a guard for fully masked rows)
+    model = randomize(Block()).eval()
+    ids = torch.randint(0, 50, (2, 8))
+    ep = torch.export.export(model, (ids,)).run_decompositions()
+    mod, params = kiln.frontend.from_exported_program(ep, decompose=decompose)
+    vm = kiln.VirtualMachine(kiln.compile(kiln.get_pipeline("default")(mod), "llvm"), kiln.cpu())
+    (got,), (want,) = outputs(vm, ids), torch_outputs(model, ids)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
