@@ -2,7 +2,7 @@
 downloaded): BERT, GPT-2, a T5 encoder and a Whisper encoder, exported with torch.export,
 imported, compiled with the "default" pipeline and compared with torch eager at rtol = 1e-4,
 atol = 1e-4 times the output's largest magnitude (fp32); BERT also with a dynamic batch at two
-sizes and with a dynamic batch and sequence. Each compiles a whole model: marked slow."""
+sizes and with a dynamic batch and sequence, GPT-2 with a dynamic batch. Each compiles a whole model: marked slow."""
 from __future__ import annotations
 
 import numpy as np
@@ -71,10 +71,21 @@ def test_bert_dynamic_batch_and_sequence():
     assert [str(d) for d in mod["main"].params[0].ty.shape] == ["batch", "seq"]
 
 
-def test_gpt2():
+def gpt2():
     cfg = T.GPT2Config(vocab_size=100, n_embd=32, n_layer=2, n_head=2, n_positions=32, use_cache=False,
                        bos_token_id=0, eos_token_id=0)
-    compare(T.GPT2LMHeadModel(cfg), {"input_ids": ids(2, 8)})
+    return T.GPT2LMHeadModel(cfg)
+
+
+def test_gpt2():
+    compare(gpt2(), {"input_ids": ids(2, 8)})
+
+
+def test_gpt2_dynamic_batch():
+    # GPT-2's Conv1D multiplies x.view(-1, d): rows batch * 8, imported as a product of x itself
+    batch = torch.export.Dim("batch", min=1, max=8)
+    compare(gpt2(), {"input_ids": ids(2, 8)}, dynamic_shapes={"input_ids": {0: batch}},
+            more=[{"input_ids": ids(n, 8, seed=n)} for n in (1, 5)])
 
 
 def test_t5_encoder():

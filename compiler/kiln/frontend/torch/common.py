@@ -79,6 +79,7 @@ class Ctx:
         self.node = None
         self.transposed: Dict[GraphVar, GraphExpr] = {}   # permute(w, [1, 0]) -> w, for linear
         self.symbols = None            # the program's SymbolTable (symbols.py)
+        self.flattened: Dict[GraphVar, GraphExpr] = {}    # reshape(x, (-1, d)) -> x, for mm
 
     # -- the node being converted ------------------------------------------------------------
     def out_size(self, axis: int):

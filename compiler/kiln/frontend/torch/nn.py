@@ -164,7 +164,14 @@ def group_norm(ctx: Ctx, node, args, kwargs):
 
 # ---- dense products ----------------------------------------------------------------------
 def _dense(ctx: Ctx, a, b):
-    """a @ b, as ``linear`` when b is a transposed 2-D weight (what Linear exports as)."""
+    """a @ b, as ``linear`` when b is a transposed 2-D weight (what Linear exports as). When a
+    is ``x.view(-1, d)`` of a batched x (GPT-2's Conv1D), x itself is multiplied and the result
+    flattened after: the kernel then sees ``batch`` and ``seq`` apart, not only their product,
+    which it could not bind them from."""
+    x = ctx.flattened.get(a)
+    if x is not None:
+        y = _dense(ctx, x, b)
+        return ctx.op("reshape", y, shape=(ctx.out_size(0), ctx.out_size(1)))
     src = ctx.transposed.get(b)
     if src is not None:
         return ctx.op("linear", a, src)

@@ -26,7 +26,10 @@ def view(ctx: Ctx, node, args, kwargs):
     dims = [ctx.out_size(i) for i in range(len(dims))]
     if len(dims) == ndim(x) and all(_same(a, b) for a, b in zip(dims, shape(x))):
         return x
-    return ctx.op("reshape", x, shape=tuple(dims))
+    y = ctx.op("reshape", x, shape=tuple(dims))
+    if len(dims) == 2 and ndim(x) > 2 and _same(dims[1], shape(x)[-1]) and not all(is_static(d) for d in shape(x)):
+        ctx.flattened[y] = x      # x.view(-1, d): mm/addmm multiply x itself (see nn._dense)
+    return y
 
 
 @converter("aten.permute")
