@@ -115,6 +115,14 @@ def test_tile_and_resize_over_a_symbolic_batch():
     check(m, [{"x": f32(b, 2, 3, 3)} for b in (1, 2, 5)])
 
 
+def test_resize_nearest_over_symbolic_spatial_dims():
+    # an integer-scale nearest upsample of (1, 2, h, w): (h * 2, w * 3), derived dims
+    nodes = [h.make_node("Resize", ["x", "", "scales"], ["r"], mode="nearest"), h.make_node("Relu", ["r"], ["y"])]
+    m = model(nodes, [("x", F, [1, 2, "h", "w"])], [("y", F, None)],
+              [("scales", np.array([1, 1, 2, 3], np.float32))])
+    check(m, [{"x": f32(1, 2, a, b)} for a, b in ((1, 1), (3, 4), (5, 2))])
+
+
 def test_shape_returned_and_used_as_float_at_run_time():
     # y = x / float(n) and the shape itself as an output: values computed at run time
     nodes, init = shape_of("x", "n", 1)

@@ -17,6 +17,7 @@ import math
 import numpy as np
 
 from ...ir import dtype as dt
+from ...ir.expr import IntImm
 from .common import Unsupported, dtype, scalar_like, static_shape
 
 # ---- weights along one axis --------------------------------------------------------------
@@ -153,9 +154,48 @@ def _sizes_and_scales(ctx, x, ins, attrs):
     return [int(i * s) for i, s in zip(shape, sc)], sc, axes
 
 
+def _symbolic_nearest(ctx, x, ins, attrs):
+    """Nearest-neighbour upsampling by integer scales of an input with symbolic dims: output
+    index i reads input i // s, so each axis is ``expand_dims`` + ``broadcast_to`` (s copies)
+    + ``reshape`` (n * s: a derived dim). Exact for half_pixel / pytorch_half_pixel with
+    round_prefer_floor / round_prefer_ceil (the source coordinate is within 0.5 of i // s, never
+    on a tie) and for asymmetric with floor. None when the model asks for anything else."""
+    from .symbolic import as_int_or_expr
+    scales = ctx.value(ins[2]) if len(ins) > 2 and ins[2] is not None else None
+    sizes = ins[3] if len(ins) > 3 else None
+    ctm = attrs.get("coordinate_transformation_mode", "half_pixel")
+    nearest = attrs.get("nearest_mode", "round_prefer_floor")
+    ok = {("half_pixel", "round_prefer_floor"), ("half_pixel", "round_prefer_ceil"),
+          ("pytorch_half_pixel", "round_prefer_floor"), ("pytorch_half_pixel", "round_prefer_ceil"),
+          ("asymmetric", "floor")}
+    if (attrs.get("mode", "nearest") != "nearest" or (ctm, nearest) not in ok or sizes is not None
+            or scales is None or attrs.get("antialias", 0) or "axes" in attrs):
+        return None
+    sc = np.asarray(scales, np.float64).reshape(-1)
+    if sc.size != ndim_of(x) or any(v < 1 or v != int(v) for v in sc):
+        return None
+    y = x
+    for a, s in enumerate(int(v) for v in sc):
+        if s == 1:
+            continue
+        shape = [as_int_or_expr(d) if not isinstance(d, int) else d for d in y.ty.shape]
+        t = ctx.op("expand_dims", y, axis=a + 1)
+        t = ctx.op("broadcast_to", t, shape=tuple(shape[:a + 1] + [s] + shape[a + 1:]))
+        y = ctx.op("reshape", t, shape=tuple(shape[:a] + [shape[a] * s] + shape[a + 1:]))
+    return y
+
+
+def ndim_of(x) -> int:
+    return len(x.ty.shape)
+
+
 def general_resize(ctx, node, ins, attrs):
     """ONNX Resize as per-axis weighted takes (see the module docstring)."""
     x = ins[0]
+    if any(not isinstance(d, IntImm) for d in x.ty.shape):
+        y = _symbolic_nearest(ctx, x, ins, attrs)
+        if y is not None:
+            return y
     shape = static_shape(x)
     r = len(shape)
     out, sc, axes = _sizes_and_scales(ctx, x, ins, attrs)
