@@ -80,30 +80,41 @@ def slice_(ctx: Ctx, node, args, kwargs):
     if step == 1 and is_static(start) and start == 0 and (_same(end, n) or (is_static(end) and end >= _END // 2)
                                                             or (is_static(end) and is_static(n) and end >= n)):
         return x
-    if isinstance(start, PrimExpr) or isinstance(end, PrimExpr) or (not is_static(n) and step == 1
-                                                                     and 0 <= start <= end < _END // 2):
+    if isinstance(start, PrimExpr) or isinstance(end, PrimExpr) or (not is_static(n) and step == 1):
         return _symbolic_slice(ctx, x, axis, start, end, step)
     return ctx.op("strided_slice", x, begin=(int(start),), end=(int(end),), strides=(step,), axes=(axis,))
 
 
 def _symbolic_slice(ctx: Ctx, x, axis, start, end, step):
     """``x[start:end]`` with a symbolic bound (``position_ids[:, :seq]``) or of a symbolic dim
-    (``mask[:, :1]``, which would otherwise be ``min(1, seq)`` long). torch has proved the
-    window in range (its range constraints bound the dims, and become Kiln bounds the VM
-    checks), so when its recorded length is ``end - start`` the slice needs no clamping."""
+    (``mask[:, :1]``, ``mask[:, :-1]``, which clamping would make ``min(1, seq)`` or
+    ``max(seq - 1, 0)`` long). torch has proved the window in range (its range constraints bound
+    the dims, and become Kiln bounds the VM checks), so when its recorded length is
+    ``end - start`` (negative bounds counted from the end) the slice needs no clamping."""
     from ... import arith
+    n = shape(x)[axis]
     if step != 1:
         raise Unsupported(f"a strided slice ({step}) at a symbolic position is not supported")
-    if is_static(end) and end >= _END // 2:
-        return ctx.op("strided_slice", x, begin=(start,), end=(_END,), axes=(axis,))
-    s = start if isinstance(start, PrimExpr) else IntImm(int(start), "int64")
-    e = end if isinstance(end, PrimExpr) else IntImm(int(end), "int64")
+
+    def at(v):      # a bound as a position from the start
+        if isinstance(v, PrimExpr):
+            return v
+        v = int(v)
+        if v >= _END // 2:
+            v = n
+        elif v < 0:
+            v = n + v
+        return v if isinstance(v, PrimExpr) else IntImm(int(v), "int64")
+    s, e = at(start), at(end)
     want = ctx.out_size(axis)
     want = want if isinstance(want, PrimExpr) else IntImm(want, "int64")
-    if not arith.can_prove(arith.simplify(e - s) == want):
-        raise Unsupported(f"slicing [{start}:{end}] of a dim of size {shape(x)[axis]} at a symbolic position "
+    if arith.can_prove(arith.simplify(e - s) == want):
+        return ctx.op("strided_slice", x, begin=(arith.simplify(s),), end=(arith.simplify(e),), strides=(1,),
+                      axes=(axis,), assume_in_bounds=True)
+    if isinstance(start, PrimExpr) or isinstance(end, PrimExpr):
+        raise Unsupported(f"slicing [{start}:{end}] of a dim of size {n} at a symbolic position "
                           f"is not supported (torch's length {want} is not {end} - {start})")
-    return ctx.op("strided_slice", x, begin=(s,), end=(e,), strides=(1,), axes=(axis,), assume_in_bounds=True)
+    return ctx.op("strided_slice", x, begin=(int(start),), end=(int(end),), strides=(1,), axes=(axis,))
 
 
 @converter("aten.select")
