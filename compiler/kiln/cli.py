@@ -339,6 +339,7 @@ def cmd_inspect(args) -> int:
     const_bytes = sum(c.nbytes for c in spec.constants)
     print(f"library:   {args.library} ({_fmt_bytes(os.path.getsize(args.library))})")
     print(f"target:    {spec.target}")
+    print(f"writer:    {spec.writer or 'not recorded (written before kiln 0.1.0 recorded it)'}")
     print(f"constants: {len(spec.constants)} ({_fmt_bytes(const_bytes)})")
     print(f"arena:     {_fmt_bytes(sum(f.arena_size for f in spec.functions))}")
     print(f"functions: {len(spec.functions)}")

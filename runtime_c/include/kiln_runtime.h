@@ -56,6 +56,10 @@
 #include "dlpack.h"
 #include "kiln_kernel_abi.h"
 
+/* The Kiln release this runtime belongs to (kiln.__version__; a test keeps the two equal). It is
+ * named in the error for an artifact of a newer format, beside the Kiln that wrote the artifact. */
+#define KILN_VERSION "0.1.0"
+
 /* Marks the exported API; the runtime is built with -fvisibility=hidden. */
 #if defined(__GNUC__)
 #define KILN_API __attribute__((visibility("default")))

@@ -262,6 +262,26 @@ static kiln_status_t check_sections(const uint8_t* blob, uint64_t size, uint32_t
   return st;
 }
 
+/* The WRITER section's text ("kiln 0.1.0", optional kind 0x100: u32 length + bytes) of a blob
+ * this runtime cannot otherwise read, copied into out (printable ASCII only), or "a newer Kiln". */
+static const char* writer_of(const uint8_t* blob, uint64_t size, char* out, size_t cap) {
+  if (size >= HEADER_SIZE) {
+    uint64_t table = load_le(blob + 32, 8), n = load_le(blob + 24, 4);
+    for (uint64_t i = 0; i < n && i < 64 && table <= size && i < (size - table) / SECTION_ENTRY_SIZE; ++i) {
+      const uint8_t* e = blob + table + i * SECTION_ENTRY_SIZE;
+      uint64_t off = load_le(e + 8, 8), len;
+      if (load_le(e, 4) != OPTIONAL_SECTION_BASE || off > size || size - off < 4) continue;
+      len = load_le(blob + off, 4);
+      if (len >= cap || len > size - off - 4) continue;
+      for (uint64_t k = 0; k < len; ++k)
+        out[k] = (blob[off + 4 + k] >= 0x20 && blob[off + 4 + k] < 0x7f) ? (char)blob[off + 4 + k] : '?';
+      out[len] = 0;
+      return out;
+    }
+  }
+  return "a newer Kiln";
+}
+
 static kiln_status_t check_header(const uint8_t* blob, uint64_t size, layout_t* out) {
   static const uint8_t kMagic[8] = {'K', 'I', 'L', 'N', 'E', 'X', 'E', 0};
   if ((uintptr_t)blob % KILN_ALIGNMENT)
@@ -271,9 +291,11 @@ static kiln_status_t check_header(const uint8_t* blob, uint64_t size, layout_t* 
     return kiln_error(BAD, "executable: %s (not a Kiln executable)",
                       size < 12 ? "blob too small for a header" : "bad magic at offset 0");
   uint32_t version = (uint32_t)load_le(blob + 8, 4);
+  char who[72];
   if (version > FORMAT_VERSION)
     return kiln_error(KILN_ERR_VERSION_MISMATCH, "executable format version %u is newer than this "
-                      "runtime supports (%u)", (unsigned)version, FORMAT_VERSION);
+                      "runtime supports (%u): written by %s, this is kiln %s", (unsigned)version,
+                      FORMAT_VERSION, writer_of(blob, size, who, sizeof who), KILN_VERSION);
   if (version == 0)
     return kiln_error(BAD, "executable: format_version 0 at offset 0x8 is invalid");
   if (size < HEADER_SIZE)

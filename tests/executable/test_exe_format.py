@@ -1,13 +1,16 @@
 """The executable blob: round trip, exact layout, and every check of the Python-side reader."""
+import os
 import random
+import re
 import struct
 
 import numpy as np
 import pytest
 
-from kiln.executable.format import (ALIGN, FORMAT_VERSION, MAGIC, ExecutableSpec, FormatError, FunctionSpec,
-                                    Instruction, Op, ParamSpec, Section, deserialize, dtype_from_dl,
-                                    dtype_to_dl, serialize)
+import kiln
+from kiln.executable.format import (ALIGN, FORMAT_VERSION, MAGIC, WRITER_SECTION, ExecutableSpec, FormatError,
+                                    FunctionSpec, Instruction, Op, ParamSpec, Section, deserialize,
+                                    dtype_from_dl, dtype_to_dl, serialize)
 
 from exe_blobs import first_function, patch, sample_spec, section_start, sections
 
@@ -38,13 +41,39 @@ def test_header_and_sections():
     blob = serialize(sample_spec())
     magic, version, header_size, size, nsec, target, table = struct.unpack_from("<8sIIQIIQ", blob, 0)
     # Version 2 while no function uses derived dims or bounds (version 3), so old runtimes read it.
-    assert (magic, version, header_size, size, nsec) == (MAGIC, FORMAT_VERSION - 1, 64, len(blob), 6)
+    assert (magic, version, header_size, size, nsec) == (MAGIC, FORMAT_VERSION - 1, 64, len(blob), 7)
     assert blob[40:64] == bytes(24)
     secs = sections(blob)
-    assert sorted(secs) == [int(k) for k in Section]
+    assert sorted(secs) == [int(k) for k in Section] + [WRITER_SECTION]
     ranges = sorted((off, off + size) for off, size, _ in secs.values())
     assert all(a[1] <= b[0] for a, b in zip(ranges, ranges[1:])), "sections overlap"
     assert ranges[-1][1] <= len(blob)
+
+
+def test_the_blob_names_the_kiln_that_wrote_it():
+    """The optional WRITER section (kind 0x100; older runtimes skip it) says "kiln <version>",
+    the reader returns it, and a blob of a newer format is refused naming both Kilns."""
+    blob = serialize(sample_spec())
+    off, size, _ = sections(blob)[WRITER_SECTION]
+    (n,) = struct.unpack_from("<I", blob, off)
+    assert blob[off + 4:off + 4 + n].decode() == f"kiln {kiln.__version__}" and size == 4 + n
+    assert deserialize(blob).writer == f"kiln {kiln.__version__}"
+    newer = bytearray(blob)
+    struct.pack_into("<I", newer, 8, FORMAT_VERSION + 1)
+    other = f"kiln {kiln.__version__}"[:-1] + "9"                 # "kiln 0.1.0" -> "kiln 0.1.9"
+    newer[off + 4 + n - 1] = ord("9")
+    with pytest.raises(FormatError, match=rf"version {FORMAT_VERSION + 1} is newer than this runtime "
+                       rf"supports \({FORMAT_VERSION}\): written by {re.escape(other)}, this is kiln "
+                       rf"{re.escape(kiln.__version__)}"):
+        deserialize(bytes(newer))
+
+
+def test_the_runtime_and_the_compiler_are_one_release():
+    """KILN_VERSION in kiln_runtime.h (named in the runtime's version errors) is kiln.__version__."""
+    header = os.path.join(os.path.dirname(kiln.__file__), "..", "..", "runtime_c", "include",
+                          "kiln_runtime.h")
+    text = open(header).read()
+    assert f'#define KILN_VERSION "{kiln.__version__}"' in text
 
 
 def test_constants_aligned_and_in_place():

@@ -14,6 +14,7 @@ from ..ir import dtype as dt
 from ..ir.derived_dims import DerivedDim, DimError, check_table, format_dims
 from .format import (ALIGN, FORMAT_VERSION, FUNCTION_PRIVATE, HEADER_SIZE, MAGIC, MAX_NDIM, MAX_SYMS,
                      MIN_FORMAT_VERSION_WITH_DERIVED, MIN_FORMAT_VERSION_WITH_FLAGS, OPTIONAL_SECTION_BASE, PARAM_WRITTEN,
+                     MAX_WRITER_BYTES, WRITER_SECTION, writer_string,
                      SECTION_ENTRY_SIZE,
                      ExecutableSpec, FormatError, FunctionSpec, Instruction, ParamSpec, Section,
                      _check_calls, _check_code, _check_function, dtype_from_dl, dtype_nbytes)
@@ -69,8 +70,10 @@ def _sections(blob: bytes, table_offset: int, num_sections: int):
                 raise FormatError(f"section table entry {i} (byte {at}): section kind {kind} "
                                   f"[{off}, {off + sz}) overlaps {other} [{o2}, {o2 + s2})")
         ranges.append((off, sz, kind))
+        if kind == WRITER_SECTION and kind not in found:
+            found[kind] = (off, off + sz)
         if kind >= OPTIONAL_SECTION_BASE:
-            continue  # optional, unknown to this reader: skipped
+            continue  # optional: read if known (WRITER), else skipped
         if kind not in Section._value2member_map_:
             raise FormatError(f"section table entry {i} (byte {at}): unknown required section kind {kind}")
         if kind in found:
@@ -80,6 +83,23 @@ def _sections(blob: bytes, table_offset: int, num_sections: int):
         if kind not in found:
             raise FormatError(f"missing required section {kind.name}")
     return found
+
+
+def writer_of(blob: bytes) -> str:
+    """The WRITER section's text ("kiln 0.1.0") of a blob whose header and section table may be
+    of any version, or "" when it has none (or what is there does not hold up): for messages
+    about blobs this reader cannot otherwise read."""
+    try:
+        num_sections, _, table_offset = struct.unpack_from("<IIQ", blob, 24)
+        for i in range(min(num_sections, 64)):
+            kind, _, off, sz = struct.unpack_from("<IIQQ", blob, table_offset + i * SECTION_ENTRY_SIZE)
+            if kind == WRITER_SECTION and 4 <= sz <= 4 + MAX_WRITER_BYTES:
+                (n,) = struct.unpack_from("<I", blob, off)
+                if n <= sz - 4 and off + 4 + n <= len(blob):
+                    return blob[off + 4:off + 4 + n].decode("utf-8")
+    except (struct.error, UnicodeDecodeError):
+        pass
+    return ""
 
 
 def deserialize(blob: bytes) -> ExecutableSpec:
@@ -93,8 +113,10 @@ def deserialize(blob: bytes) -> ExecutableSpec:
     if magic != MAGIC:
         raise FormatError(f"header: bad magic {magic!r} at byte 0 (expected {MAGIC!r}): not a Kiln executable")
     if version > FORMAT_VERSION:
+        who = writer_of(blob)
         raise FormatError(f"executable format version {version} is newer than this runtime supports "
-                          f"({FORMAT_VERSION})")
+                          f"({FORMAT_VERSION}): written by {who or 'a newer Kiln'}, this is "
+                          f"{writer_string()}")
     if version == 0:
         raise FormatError("header: format_version 0 at byte 8 is invalid")
     if header_size != HEADER_SIZE:
@@ -244,7 +266,17 @@ def deserialize(blob: bytes) -> ExecutableSpec:
                               f"the blob says {version}")
         functions.append(f)
     _check_calls(functions)
-    return ExecutableSpec(target, kernels, externs, constants, functions)
+    writer = ""
+    if WRITER_SECTION in sec:
+        c = _Cursor(blob, *sec[WRITER_SECTION], "WRITER")
+        n = c.one("I")
+        if n > MAX_WRITER_BYTES:
+            raise FormatError(f"WRITER: {n} bytes, more than {MAX_WRITER_BYTES}")
+        try:
+            writer = bytes(c.array("B", n)).decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise FormatError(f"WRITER: not UTF-8: {e}") from None
+    return ExecutableSpec(target, kernels, externs, constants, functions, writer=writer)
 
 
 def _read_code(blob: bytes, name: str, start: int, end: int):

@@ -58,6 +58,10 @@ class Section(enum.IntEnum):
 
 # Kinds >= this are optional: readers skip the ones they do not know.
 OPTIONAL_SECTION_BASE = 0x100
+# The optional WRITER section: ``u32 length`` + that many bytes of UTF-8 naming the Kiln that wrote
+# the blob ("kiln 0.1.0"), so a runtime refusing a newer format can say which Kiln wrote it.
+WRITER_SECTION = OPTIONAL_SECTION_BASE
+MAX_WRITER_BYTES = 64
 
 # Limits of the C runtime (kiln_runtime.h, internal.h, vm.h), so a blob the writer accepts is
 # one the loader accepts.
@@ -151,6 +155,7 @@ class ExecutableSpec:
     externs: List[str]
     constants: List[np.ndarray]
     functions: List[FunctionSpec]
+    writer: str = ""   # who wrote it ("kiln 0.1.0"); written as the WRITER section, not compared
 
     def __eq__(self, other):
         if not isinstance(other, ExecutableSpec):
@@ -270,6 +275,12 @@ def write_pieces(size: int, pieces, write) -> int:
     return size
 
 
+def writer_string() -> str:
+    """What the WRITER section of a blob written now says: ``"kiln <version>"``."""
+    from .. import __version__
+    return f"kiln {__version__}"
+
+
 def layout(spec: ExecutableSpec) -> Tuple[int, List[Tuple[int, memoryview]]]:
     """``(blob_size, [(offset, bytes), ...])``: the blob for ``spec`` as pieces in increasing
     offset order; the gaps between them (alignment padding) are zero bytes. A constant's piece
@@ -322,13 +333,14 @@ def layout(spec: ExecutableSpec) -> Tuple[int, List[Tuple[int, memoryview]]]:
     const_table_size = 4 + sum(4 + 4 + 8 * c.ndim + 16 for c in consts)
 
     # Section order and offsets (each section starts 8-byte aligned: nicer for readers).
+    writer = (spec.writer or writer_string()).encode("utf-8")[:MAX_WRITER_BYTES]
     order = [Section.STRINGS, Section.KERNELS, Section.EXTERNS, Section.FUNCTIONS, Section.BYTECODE,
-             Section.CONSTANTS]
+             WRITER_SECTION, Section.CONSTANTS]
     table_offset = HEADER_SIZE
     pos = table_offset + SECTION_ENTRY_SIZE * len(order)
     sizes = {Section.STRINGS: len(string_blob), Section.KERNELS: 4 + len(kernels),
              Section.EXTERNS: 4 + len(externs), Section.FUNCTIONS: len(functions_blob(0)),
-             Section.BYTECODE: len(bytecode)}
+             Section.BYTECODE: len(bytecode), WRITER_SECTION: 4 + len(writer)}
     offsets = {}
     for kind in order[:-1]:
         pos = align_up(pos, 8)
@@ -355,7 +367,8 @@ def layout(spec: ExecutableSpec) -> Tuple[int, List[Tuple[int, memoryview]]]:
               (offsets[Section.KERNELS], struct.pack("<I", len(spec.kernels)) + kernels),
               (offsets[Section.EXTERNS], struct.pack("<I", len(spec.externs)) + externs),
               (offsets[Section.FUNCTIONS], functions_blob(offsets[Section.BYTECODE])),
-              (offsets[Section.BYTECODE], bytes(bytecode))]
+              (offsets[Section.BYTECODE], bytes(bytecode)),
+              (offsets[WRITER_SECTION], struct.pack("<I", len(writer)) + writer)]
     table = bytearray(struct.pack("<I", len(consts)))
     for c, off in zip(consts, data_offsets):
         table += struct.pack("<BBHI", *dtype_to_dl(dt.from_numpy(c.dtype)), c.ndim)
