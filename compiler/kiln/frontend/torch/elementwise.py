@@ -99,18 +99,20 @@ def div(ctx: Ctx, node, args, kwargs):
     return ctx.cast(q, out)
 
 
-@converter("aten.remainder", "aten.fmod")
+@converter("aten.remainder")
 def remainder(ctx: Ctx, node, args, kwargs):
-    """a - f(a / b) * b with f = floor (remainder: the sign of b) or trunc (fmod: the sign of
-    a); integers go through float64, exact below 2**53."""
+    out = ctx.out_dtype()
+    return ctx.op("remainder", ctx.tensor(args[0], out), ctx.tensor(args[1], out))
+
+
+@converter("aten.fmod")
+def fmod(ctx: Ctx, node, args, kwargs):
+    """a - trunc(a / b) * b (the sign of a); integers go through float64, exact below 2**53."""
     out = ctx.out_dtype()
     c = out if dt.is_float(out) else "float64"
     a, b = ctx.tensor(args[0], c), ctx.tensor(args[1], c)
     q = ctx.op("divide", a, b)
-    if str(node.target).startswith("aten.fmod"):
-        q = ctx.op("where", ctx.op("less", q, ctx.const(0, c)), ctx.op("ceil", q), ctx.op("floor", q))
-    else:
-        q = ctx.op("floor", q)
+    q = ctx.op("where", ctx.op("less", q, ctx.const(0, c)), ctx.op("ceil", q), ctx.op("floor", q))
     return ctx.cast(ctx.op("subtract", a, ctx.op("multiply", q, b)), out)
 
 
