@@ -35,7 +35,7 @@ def counts(ex):
 
 
 def test_block_same_kernels_as_onnx():
-    from test_models import Block
+    from test_torch_models import Block
     model = perturb(Block()).eval()
     via_onnx, via_torch = both(model, torch.randint(0, 50, (1, 8)))
     # torch's ONNX exporter splits the attention scale over q and k, which fuse_attention does

@@ -35,7 +35,7 @@ def test_unsupported_op_names_node_op_and_module():
     assert "node 'special_bessel_j0'" in msg
     assert "aten.special_bessel_j0.default" in msg
     assert "in block (Inner)" in msg                 # the submodule it came from
-    assert "test_errors.py:" in msg                  # the source line
+    assert "test_torch_errors.py:" in msg            # the source line
     assert "is not supported" in msg
 
 
