@@ -76,7 +76,7 @@ def jvm(java_build):
 
     class K:
         KilnModule = jpype.JClass("ai.kiln.KilnModule")
-        Module = jpype.JClass("ai.kiln.Module")
+        Module = jpype.JClass("ai.kiln.Kiln$Module")      # KilnModule's old name, nested
         NDArray = jpype.JClass("ai.kiln.NDArray")
         Device = jpype.JClass("ai.kiln.Device")
         Value = jpype.JClass("ai.kiln.Value")
@@ -156,8 +156,8 @@ def test_api_md_block(jvm, mlp_artifact):
 
 
 def test_module_is_the_old_name_of_kiln_module(jvm, mlp_artifact):
-    """Every module is a Module (the old name, imported by name it wins over java.lang.Module)
-    and a KilnModule (the name that compiles with ``import ai.kiln.*``)."""
+    """Every module is a Kiln.Module (the old name: ``import ai.kiln.Kiln.Module;``, which
+    ``import ai.kiln.*`` does not bring, so no clash with java.lang.Module) and a KilnModule."""
     K = jvm
     with K.KilnModule.load(str(mlp_artifact.so_path)) as lib:
         vm = lib.getFunction("load_executable").invoke().asModule()

@@ -58,7 +58,7 @@ JNIEXPORT jint JNICALL JNI_OnLoad(JavaVM* vm, void* reserved) {
   CLASS(g_string, "java/lang/String");
   CLASS(g_object, "java/lang/Object");
   CLASS(g_ndarray, "ai/kiln/NDArray");
-  CLASS(g_module, "ai/kiln/Module");   /* every KilnModule is one (the old name, kept) */
+  CLASS(g_module, "ai/kiln/Kiln$Module");   /* every KilnModule is one (the old name, kept) */
   CLASS(g_function, "ai/kiln/Function");
   CLASS(g_device, "ai/kiln/Device");
   CLASS(g_native_handle, "ai/kiln/NativeHandle");

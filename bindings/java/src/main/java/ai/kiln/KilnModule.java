@@ -16,8 +16,8 @@ import java.util.List;
  *
  * <p>Named {@code KilnModule}, not {@code Module}, so that {@code import ai.kiln.*;} compiles
  * beside the implicit {@code java.lang.*} (whose {@code Module} the old name clashed with). Every
- * module is also an {@link ai.kiln.Module}, the old name, which code that imports it by name
- * ({@code import ai.kiln.Module;}, which wins over {@code java.lang.Module}) keeps using.
+ * module is also a {@link Kiln.Module}, the old name, which code that imports it by name
+ * ({@code import ai.kiln.Kiln.Module;}) keeps using.
  */
 public class KilnModule extends NativeHandle {
     KilnModule(long handle) { // through Module, which every module is: see its constructor
@@ -31,7 +31,7 @@ public class KilnModule extends NativeHandle {
      *     Kiln library, VERSION_MISMATCH for another ABI version
      */
     public static KilnModule load(String path) {
-        return Module.load(path);
+        return Kiln.Module.load(path);
     }
 
     /**

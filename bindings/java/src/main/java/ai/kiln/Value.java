@@ -79,9 +79,9 @@ public final class Value implements AutoCloseable {
         return (NDArray) expect(Kind.TENSOR);
     }
 
-    /** The module (a {@link Module}, which is a {@link KilnModule}). */
-    public Module asModule() {
-        return (Module) expect(Kind.MODULE);
+    /** The module (a {@link Kiln.Module}, which is a {@link KilnModule}). */
+    public Kiln.Module asModule() {
+        return (Kiln.Module) expect(Kind.MODULE);
     }
 
     public Function asFunction() {
