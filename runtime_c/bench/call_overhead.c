@@ -111,11 +111,11 @@ static const int64_t shape8[] = {8};
 static const kiln_kernel_param_t params[] = {{"A", kDLFloat, 32, 1, 1, 0, shape8},
                                              {"B", kDLFloat, 32, 1, 1, KILN_PARAM_WRITTEN, shape8}};
 static const kiln_kernel_info_t kernels[] = {{"add_one", add_one, 2, params, 0, NULL, 0, NULL},
-                                             {"empty_loop", empty_loop, 0, NULL, 0, NULL},
-                                             {"meet_loop", meet_loop, 0, NULL, 0, NULL},
-                                             {"work_loop", work_loop, 0, NULL, 0, NULL},
-                                             {"work2_loop", work2_loop, 0, NULL, 0, NULL},
-                                             {"small2_loop", small2_loop, 0, NULL, 0, NULL}};
+                                             {"empty_loop", empty_loop, 0, NULL, 0, NULL, 0, NULL},
+                                             {"meet_loop", meet_loop, 0, NULL, 0, NULL, 0, NULL},
+                                             {"work_loop", work_loop, 0, NULL, 0, NULL, 0, NULL},
+                                             {"work2_loop", work2_loop, 0, NULL, 0, NULL, 0, NULL},
+                                             {"small2_loop", small2_loop, 0, NULL, 0, NULL, 0, NULL}};
 static const kiln_library_info_t info = {KILN_KERNEL_ABI_VERSION, 6, kernels};
 
 /* Median time of one spin() task of `iters` over 101 runs. */
