@@ -21,7 +21,12 @@ def both(model, x):
     torch.onnx.export(model, (x,), buf, dynamo=False, input_names=["x"])   # the TorchScript exporter
 
     def build(mod, params):
-        return kiln.compile(kiln.get_pipeline("default")(kiln.transform.bind_params("main", params)(mod)), "llvm")
+        mod = kiln.get_pipeline("default")(kiln.transform.bind_params("main", params)(mod))
+        ex = kiln.compile(mod, "llvm")
+        # what decides each kernel's speed (tile, epilogue, packing, parallel split)
+        ex.test_schedules = sorted(dict(f.attrs).get("kiln.schedule", "") for f in mod.functions.values()
+                                   if isinstance(f, kiln.ir.PrimFunc))
+        return ex
     via_onnx = build(*kiln.frontend.from_onnx(onnx.load_from_string(buf.getvalue())))
     via_torch = build(*kiln.frontend.from_exported_program(torch.export.export(model, (x,))))
     return via_onnx, via_torch
@@ -45,18 +50,14 @@ def test_block_same_kernels_as_onnx():
 
 
 @pytest.mark.slow
-def test_resnet18_same_kernels_and_speed_as_onnx():
+def test_resnet18_same_kernels_as_onnx():
+    """Same kernel count, arena, and the same schedule for every kernel as through ONNX, and the
+    same outputs: the same program, so the same speed (which bench/ measures, not a test)."""
     model = perturb(import_torchvision().models.resnet18(weights=None)).eval()
     x = torch.randn(1, 3, 224, 224)
     via_onnx, via_torch = both(model, x)
     assert counts(via_torch) == counts(via_onnx)
+    assert via_torch.test_schedules == via_onnx.test_schedules
     vms = [kiln.VirtualMachine(ex, kiln.cpu()) for ex in (via_onnx, via_torch)]
     np.testing.assert_allclose(vms[1]["main"](x.numpy()).numpy(), vms[0]["main"](x.numpy()).numpy(),
                                rtol=1e-4, atol=1e-4)
-    # interleaved rounds, the best time of each path: load from other work on a shared machine
-    # only ever adds time, so the minimum is the estimate least hit by it
-    best = [float("inf"), float("inf")]
-    for _ in range(6):
-        for k, vm in enumerate(vms):
-            best[k] = min(best[k], vm.time_evaluator("main", kiln.cpu(), number=2, repeat=5)(x.numpy()).min)
-    assert best[1] <= 1.3 * best[0], f"torch.export path {best[1] * 1e3:.1f} ms, ONNX path {best[0] * 1e3:.1f} ms"

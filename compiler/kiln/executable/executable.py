@@ -247,7 +247,7 @@ def compile(mod: IRModule, target="llvm", pipeline: Union[None, str, Callable] =
                          extra_objects=lambda t, d: [_write_blob_object(spec, size, pieces, t,
                                                                         os.path.join(d, "blob.o"))],
                          extra_key="blob:" + digest.hexdigest(), allow_empty=True)
-    del pieces
+    pieces = None   # the blob's pieces are written: let them go now (the lambda above is done)
     stats = ExecutableStats(
         num_kernels=len(spec.kernels), num_externs=len(spec.externs), num_constants=len(spec.constants),
         constant_bytes=sum(c.nbytes for c in spec.constants),

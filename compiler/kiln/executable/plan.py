@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Dict, List, Sequence
 
-from .format import ALIGN, align_up
+from .format import align_up
 
 
 @dataclass(frozen=True)
