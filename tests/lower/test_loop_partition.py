@@ -94,3 +94,31 @@ def test_two_loop_partition_computes_the_same():
     c = kiln.nd.array(np.full((10, 21), np.nan, "float32"))
     rt(kiln.nd.array(a), c)
     np.testing.assert_array_equal(c.numpy(), a * 2)
+
+
+@kiln.script.ir_module
+class ParallelTiles:
+    """The tile loop runs in parallel: 21 columns in tiles of 8."""
+    @T.prim_func
+    def main(A: T.Buffer((4, 21), "float32"), C: T.Buffer((4, 21), "float32")):
+        for j_0 in T.parallel(3):
+            for i, j_1 in T.grid(4, 8):
+                with T.block("C"):
+                    vi = T.axis.spatial(4, i)
+                    vj = T.axis.spatial(21, j_0 * 8 + j_1)
+                    T.where(j_0 * 8 + j_1 < 21)
+                    C[vi, vj] = A[vi, vj] * 2.0
+
+
+def test_a_parallel_loop_stays_one_loop():
+    """A parallel loop is not split into a head loop and a tail loop (two fork-joins, the tail's
+    few tasks on one thread): its body picks the guard-free code for the iterations before the
+    split."""
+    text = lower_prim_func(ParallelTiles["main"]).script()
+    assert text.count("T.parallel(") == 1 and "j_0_t" not in text
+    assert "if j_0 < 2:" in text and "j_0 * 8 + j_1 < 21" in text
+    rt = kiln.build(ParallelTiles, target="llvm")
+    a = np.random.default_rng(1).standard_normal((4, 21)).astype("float32")
+    c = kiln.nd.array(np.full((4, 21), np.nan, "float32"))
+    rt(kiln.nd.array(a), c)
+    np.testing.assert_array_equal(c.numpy(), a * 2)

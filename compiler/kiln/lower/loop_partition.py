@@ -100,7 +100,8 @@ def _analyzer(sizes: List[Var]) -> Analyzer:
 
 
 def _partition(loop: For, sizes: List[Var]) -> Optional[Stmt]:
-    """``loop`` as a guard-free head loop and a guarded tail loop, or None."""
+    """``loop`` as a guard-free head loop and a guarded tail loop (a parallel loop: one loop
+    whose body is ``if v < split: <guard-free> else: <guarded>``), or None."""
     if not is_const_int(loop.min, 0):
         return None
     v = loop.loop_var
@@ -129,6 +130,13 @@ def _partition(loop: For, sizes: List[Var]) -> Optional[Stmt]:
             cond = And(cond, c)
         return IfThenElse(cond, n.then_case, None)
     head_body = transform(loop.body, drop)
+    if loop.kind == "parallel" or loop.thread_binding is not None:
+        # One parallel loop whose body picks the guard-free code for the iterations it holds
+        # for, not a head loop and a tail loop: each parallel loop is a fork-join, and a tail of
+        # a few tasks would run on one thread while the others wait.
+        return For(v, loop.min, loop.extent, loop.kind,
+                   IfThenElse(LT(v, split), head_body, loop.body), loop.thread_binding,
+                   loop.annotations)
     head = For(v, zero, split, loop.kind, head_body, loop.thread_binding, loop.annotations)
     rest = ana.simplify(loop.extent - split)
     if is_const_int(rest, 0):
@@ -152,6 +160,12 @@ def partition_loops(func):
         part = _partition(n, sizes) if isinstance(n, For) else None
         if part is None:
             return None     # descend as usual
+        if isinstance(part, For) and isinstance(part.body, IfThenElse) and part is not None \
+                and (part.kind == "parallel" or part.thread_binding is not None):
+            body = part.body   # (a parallel loop: the head's code partitioned further)
+            return For(part.loop_var, part.min, part.extent, part.kind,
+                       IfThenElse(body.condition, run(body.then_case), body.else_case),
+                       part.thread_binding, part.annotations)
         head = part.seq[0] if isinstance(part, SeqStmt) else part
         head = For(head.loop_var, head.min, head.extent, head.kind, run(head.body), head.thread_binding,
                    head.annotations)
