@@ -243,3 +243,19 @@ def test_remainder(dtype, check_op, rand):
         a[0, :4] = [np.inf, -1.0, 3.0, -0.0]
         b[:4] = [3.0, np.inf, -np.inf, 5.0]
     check_op("remainder", [a, b])
+
+
+@pytest.mark.parametrize("src,dst", [("float32", "int32"), ("int32", "float32"), ("float64", "int64"),
+                                     ("uint16", "int16"), ("int8", "uint8"), ("bool", "uint8"),
+                                     ("uint8", "bool")])
+def test_bitcast(src, dst, check_op, rand):
+    x = rand((3, 5), src, low=0 if src == "uint8" and dst == "bool" else -50,
+             high=1 if src == "uint8" and dst == "bool" else 50)
+    if src.startswith("float"):
+        x[0, :3] = [-0.0, np.inf, np.nan]
+    check_op("bitcast", [x], {"dtype": dst})
+
+
+def test_bitcast_needs_the_same_width(typed, op_error):
+    with op_error("bitcast: float32 (32 bits) and int16 (16 bits) differ in width"):
+        ops.call("bitcast", typed((3,), "float32"), dtype="int16")

@@ -561,11 +561,28 @@ def _bitwise(self: "ExprLowerer", e: Call, args):
     return b.select(ok, r, cg.const_like(r, 0))
 
 
+def _reinterpret(self: "ExprLowerer", e: Call, x):
+    """The bits of ``x`` as ``e.dtype`` (same width). A bool is one byte in memory (0 or 1) but
+    an i1 in registers: widened first, or tested against 0 when it is the result."""
+    src, dst = e.args[0].dtype, e.dtype
+    b = self.b
+    x = self.fit(x, src)
+    lanes = cg.lanes_of(x)       # (a vectorized loop's chunk: the value is a vector)
+    if dt.is_bool(src):
+        x = b.zext(x, cg.with_lanes(cg.I8, lanes))
+    if dt.is_bool(dst):
+        y = b.bitcast(x, cg.with_lanes(cg.I8, lanes))
+        return b.icmp_unsigned("!=", y, cg.const_like(y, 0))
+    return b.bitcast(x, cg.with_lanes(cg.scalar_type(dst), lanes))
+
+
 def _call(self: ExprLowerer, e: Call):
     b = self.b
     args = [self.value(a) for a in e.args]
     if e.op in BITWISE_INTRINSICS:
         return _bitwise(self, e, args)
+    if e.op == "reinterpret":
+        return _reinterpret(self, e, args[0])
     if e.op == "abs" and not dt.is_float(e.dtype):
         x = self.fit(args[0], e.dtype)
         if not _signed(e.dtype):

@@ -86,6 +86,8 @@ class _Emitter:
             return f"({self.expr(e.true_value)} if {self.expr(e.condition)} else {self.expr(e.false_value)})"
         if isinstance(e, Cast):
             return f"_cast({self.expr(e.value)}, {e.dtype!r})"
+        if isinstance(e, Call) and e.op == "reinterpret":
+            return f"_reinterpret({self.expr(e.args[0])}, {e.args[0].dtype!r}, {e.dtype!r})"
         if isinstance(e, Call):
             return _INTRINSIC[e.op].format(*(self.expr(a) for a in e.args))
         raise TypeError(f"evaluator: unsupported expression {type(e).__name__}")
@@ -152,6 +154,11 @@ def _div(a, b):
 
 def _erf(x):
     return type(x)(math.erf(float(x))) if isinstance(x, np.floating) else math.erf(x)
+
+
+def _reinterpret(x, src: str, dst: str):
+    """The bits of scalar ``x`` (of dtype ``src``) as ``dst`` (same width; bool is one byte)."""
+    return np.asarray(x, dtype=dt.to_numpy(src)).view(dt.to_numpy(dst))[()]
 
 
 def _shift(a, b, left: bool):
@@ -222,6 +229,7 @@ def evaluate(func, *args):
                                      f"{tuple(getattr(s, 'value', s) for s in p.shape)}, got {a.shape}")
     src = to_python(func)
     env = {"_np": np, "_cast": _cast, "_div": _div, "_erf": _erf, "_shift": _shift,
+           "_reinterpret": _reinterpret,
            "_scratch": _scratch}
     exec(compile(src, "<kiln-evaluator>", "exec"), env)
     with np.errstate(all="ignore"):

@@ -251,7 +251,9 @@ BITWISE_INTRINSICS = {"bitwise_and": 2, "bitwise_or": 2, "bitwise_xor": 2, "bitw
                       "shift_left": 2, "shift_right": 2}
 INTRINSICS = {"exp": 1, "log": 1, "sqrt": 1, "rsqrt": 1, "tanh": 1, "sigmoid": 1, "erf": 1,
               "pow": 2, "abs": 1, "floor": 1, "ceil": 1, "round": 1, "sin": 1, "cos": 1,
-              **BITWISE_INTRINSICS}
+              **BITWISE_INTRINSICS,
+              # the bits of its argument as the Call's dtype, of the same width (bool: one byte)
+              "reinterpret": 1}
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -269,6 +271,12 @@ class Call(PrimExpr):
         object.__setattr__(self, "args", tuple(convert(a) for a in self.args))
         if self.dtype is None:
             object.__setattr__(self, "dtype", self.args[0].dtype)
+
+    @property
+    def own_dtype(self) -> bool:
+        """True when the dtype is not derived from the arguments (``reinterpret``): rebuilding
+        the node (``functor.transform``) keeps it."""
+        return self.op == "reinterpret"
 
 
 @dataclass(frozen=True, eq=False, repr=False)

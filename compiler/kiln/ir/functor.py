@@ -145,7 +145,8 @@ def transform(node: Node, post: Callable[[Node], Optional[Node]],
 def _replace(n: Node, changes: dict) -> Node:
     # Derived dtypes (BinaryOp, BufferLoad, ...) are recomputed when their inputs change type.
     kwargs = {name: changes.get(name, getattr(n, name)) for name in node_fields(type(n))}
-    if "dtype" in kwargs and "dtype" not in changes and _dtype_is_derived(n):
+    if "dtype" in kwargs and "dtype" not in changes and _dtype_is_derived(n) \
+            and not getattr(n, "own_dtype", False):
         kwargs["dtype"] = None
     return type(n)(**kwargs)
 

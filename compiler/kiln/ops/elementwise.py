@@ -271,6 +271,26 @@ def _shift_ref(left: bool):
     return ref
 
 
+def _storage_bits(dtype: str) -> int:
+    return 8 if dt.is_bool(dtype) else dt.bits(dtype)
+
+
+def _check_bitcast(src, a):
+    dst = a["dtype"]
+    if not isinstance(dst, str) or dst not in ALL_DTYPES:
+        raise error("bitcast", f"dtype={dst!r} is not one of {', '.join(ALL_DTYPES)}")
+    if _storage_bits(src) != _storage_bits(dst):
+        raise error("bitcast", f"{src} ({_storage_bits(src)} bits) and {dst} "
+                               f"({_storage_bits(dst)} bits) differ in width")
+
+
+_register_unary("bitcast", lambda x, a: _Intrinsic("reinterpret", (x,), a["dtype"]),
+                lambda x, dtype: np.asarray(x).view(np.dtype(dtype)), ALL_DTYPES,
+                "bitcast(x, dtype): the bits of each element as dtype, of the same width (bool is "
+                "one byte); numpy's view.", out_dtype=lambda d, a: a["dtype"],
+                check_attrs=_check_bitcast, dtype=None)
+
+
 _BITWISE_DTYPES = INT_DTYPES + ("bool",)
 for _name, _np_fn in (("bitwise_and", np.bitwise_and), ("bitwise_or", np.bitwise_or),
                       ("bitwise_xor", np.bitwise_xor)):

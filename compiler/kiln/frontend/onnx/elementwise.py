@@ -47,6 +47,12 @@ def bit_shift(ctx, node, ins, attrs):
     return ctx.op("left_shift" if direction == "LEFT" else "right_shift", ins[0], ins[1])
 
 
+@converter("BitCast")
+def bit_cast(ctx, node, ins, attrs):
+    """The bits of each element as dtype ``to`` (the same width)."""
+    return ctx.op("bitcast", ins[0], dtype=kiln_dtype(int(attrs["to"]), "BitCast to: "))
+
+
 @converter("Shrink")
 def shrink(ctx, node, ins, attrs):
     """x + bias below -lambd, x - bias above lambd, 0 between."""
