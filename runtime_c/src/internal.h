@@ -203,6 +203,11 @@ kiln_status_t kiln_vm_module_create(kiln_module_t* library, const kiln_library_i
 /* Fills the context a kernel call passes to the kernel. Cheap: starts no thread. */
 void kiln_thread_pool_kernel_ctx(kiln_kernel_ctx_t* out_ctx);
 
+/* Bracket a VM call: while one is in flight anywhere in the process, idle workers spin longer
+ * before they block (the next parallel loop of the call is near), see KILN_SPIN_IN_CALL_NS. */
+void kiln_thread_pool_call_begin(void);
+void kiln_thread_pool_call_end(void);
+
 /* ---- platform (platform.c): everything that touches the OS besides threads ------------------ */
 
 /* dlopen(path) with RTLD_NOW | RTLD_LOCAL; a path without '/' is made relative to the working

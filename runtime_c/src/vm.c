@@ -430,7 +430,12 @@ static kiln_status_t vm_call(kiln_function_t* function, const kiln_value_t* args
   const kiln_vm_function_t* f = &vm->program->functions[index];
   const vm_state_t* state = KILN_ATOMIC_LOAD(&vm->state);
   if (!state) return not_initialized(f->name);
-  if (!vm->arena) return run(vm, state, f, args, num_args, NULL, out_result);
+  if (!vm->arena) {
+    kiln_thread_pool_call_begin();
+    kiln_status_t st = run(vm, state, f, args, num_args, NULL, out_result);
+    kiln_thread_pool_call_end();
+    return st;
+  }
   int32_t idle = 0;
   if (!KILN_ATOMIC_CAS(&vm->arena_busy, &idle, 1))
     return kiln_error(KILN_ERR_INVALID_STATE, "%s: another call is running in this VM's arena "
