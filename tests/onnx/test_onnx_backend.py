@@ -12,7 +12,6 @@ test fails the run until it is taken off the list: the passing set can only grow
 from __future__ import annotations
 
 import os
-import re
 
 import pytest
 

@@ -195,3 +195,15 @@ def test_attention_over_symbolic_queries_and_keys():
              for s in ((1, 4, mm, 16), (1, 4, 16, nn), (1, 4, nn, 24))]
         got = vm["main"](*[kiln.nd.array(x) for x in a]).numpy()
         np.testing.assert_allclose(got, attention_reference(*a, scale=0.25), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("attrs,match", [
+    (dict(scale=float("inf")), "scale=inf must be a finite number"),
+    (dict(scale=True), "scale=True must be a finite number"),
+    (dict(mask_fill=float("nan")), "mask_fill=nan must be a finite number or -inf"),
+])
+def test_attention_op_checks_its_attributes(attrs, match):
+    q, kt, v = typed("q", (2, 5, 3)), typed("kt", (2, 3, 7)), typed("v", (2, 7, 4))
+    with pytest.raises(ops.OpError, match=match):
+        ops.call("attention", q, kt, v, **attrs)
+    ops.call("attention", q, kt, v, typed("m", (5, 7), "bool"), mask_fill=float("-inf"))

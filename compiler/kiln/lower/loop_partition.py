@@ -160,8 +160,7 @@ def partition_loops(func):
         part = _partition(n, sizes) if isinstance(n, For) else None
         if part is None:
             return None     # descend as usual
-        if isinstance(part, For) and isinstance(part.body, IfThenElse) and part is not None \
-                and (part.kind == "parallel" or part.thread_binding is not None):
+        if isinstance(part, For) and (part.kind == "parallel" or part.thread_binding is not None):
             body = part.body   # (a parallel loop: the head's code partitioned further)
             return For(part.loop_var, part.min, part.extent, part.kind,
                        IfThenElse(body.condition, run(body.then_case), body.else_case),

@@ -88,9 +88,9 @@ def _attrs(attrs):
     a = get_attrs(NAME, attrs, scale=1.0, mask_fill=LOWEST)
     for key in ("scale", "mask_fill"):
         v = a[key]
+        number = isinstance(v, (int, float)) and not isinstance(v, bool)
         # (a fill of -inf is allowed: a row masked everywhere is then NaN, as unfused)
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or np.isnan(v) or v == np.inf \
-                or (key == "scale" and not np.isfinite(v)):
+        if not number or not (np.isfinite(v) or (key == "mask_fill" and v == -np.inf)):
             raise error(NAME, f"{key}={v!r} must be a finite number"
                               f"{' or -inf' if key == 'mask_fill' else ''}")
     return float(a["scale"]), float(a["mask_fill"])

@@ -11,7 +11,7 @@ from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from ...ir.graph import Constant, GraphExpr, GraphVar, TensorType, TupleGetItem, TupleType
+from ...ir.graph import Constant, GraphExpr, GraphVar, TupleGetItem, TupleType
 from ...ir.expr import IntImm, PrimExpr
 from ... import ops as kops
 
