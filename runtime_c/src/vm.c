@@ -172,11 +172,17 @@ static kiln_status_t run(vm_module_t* vm, const vm_state_t* state,
   if (st != KILN_OK) return st;
   for (int32_t s = 0; f->bounds && s < f->sig.num_sym + f->sig.num_derived; ++s)
     if (f->bounds[s] >= 0 && sym[s] > f->bounds[s]) {
+      /* A bound `c - n <= 0` is how Kiln records a lower bound n >= c (a torch.export Dim's min,
+       * 1 <= t of a KV-cache decode): reported as one, of n. */
+      const kiln_derived_dim_t* d = s < f->sig.num_sym ? NULL : &f->sig.derived[s - f->sig.num_sym];
+      int lower = d && f->bounds[s] == 0 && d->op == KILN_DIM_SUB && d->flags == KILN_DIM_A_CONST;
+      int64_t k = lower ? d->b : s;
       char dim[KILN_SHAPE_STRING];
-      kiln_format_dim(dim, sizeof dim, &f->sig, -1 - (int64_t)s);
-      return kiln_error(KILN_ERR_SHAPE_MISMATCH, "%s: symbolic dimension '%s' = %lld exceeds its "
-                        "bound %lld (the largest the model was compiled for)", f->name, dim,
-                        (long long)sym[s], (long long)f->bounds[s]);
+      kiln_format_dim(dim, sizeof dim, &f->sig, -1 - k);
+      return kiln_error(KILN_ERR_SHAPE_MISMATCH, "%s: symbolic dimension '%s' = %lld %s %lld (the %s "
+                        "the model was compiled for)", f->name, dim, (long long)sym[k],
+                        lower ? "is below its minimum" : "exceeds its bound",
+                        (long long)(lower ? d->a : f->bounds[s]), lower ? "smallest" : "largest");
     }
   uint8_t* frame = vm->arena ? arena_take(vm, f->name, f->frame_size) : kiln_mem_alloc(f->frame_size);
   if (!frame && vm->arena) return KILN_ERR_OUT_OF_MEMORY;

@@ -121,6 +121,26 @@ def test_dynamic_batch_two_sizes():
         vm["main"](np.zeros((9, 3, 16, 16), np.float32))      # past the Dim's max
 
 
+def test_dim_min_is_enforced():
+    # Dim min becomes a limit min - n <= 0 the runtime checks (x[:, 1:] - x[:, :-1] was traced
+    # for n >= 3); the message names the dim and its minimum
+    n = torch.export.Dim("n", min=3, max=11)
+    ep = torch.export.export(_Diff(), (torch.randn(2, 5),), dynamic_shapes={"x": {1: n}})
+    vm, mod, _ = compile_program(ep)
+    assert dict(mod["main"].attr("kiln.bounds")) == {"n": 11}
+    (got,) = outputs(vm, torch.arange(6.0).view(2, 3))
+    np.testing.assert_array_equal(got, np.ones((2, 2), np.float32))
+    with pytest.raises(kiln.runtime.KilnError, match="symbolic dimension 'n' = 2 is below its minimum 3"):
+        vm["main"](np.zeros((2, 2), np.float32))
+    with pytest.raises(kiln.runtime.KilnError, match="'n' = 12 exceeds its bound 11"):
+        vm["main"](np.zeros((2, 12), np.float32))
+
+
+class _Diff(nn.Module):
+    def forward(self, x):
+        return x[:, 1:] - x[:, :-1]
+
+
 def test_dynamic_batch_transformer():
     model = randomize(Block()).eval()
     batch = torch.export.Dim("batch", min=1, max=4)

@@ -48,7 +48,8 @@ def from_exported_program(ep, keep_params_as_input: bool = False, *, decompose: 
     ``bind_params(name, params)`` is the next step.
 
     Dims made dynamic with ``torch.export.Dim`` become symbolic dims named as the Dim, with its
-    upper bound attached (``kiln.ir.derived_dims.with_bounds``); the VM refuses larger inputs.
+    max as a bound (``kiln.ir.derived_dims.with_bounds``) and its min as a limit
+    (``"kiln.limits"``): the VM refuses inputs outside ``min .. max``.
     With ``decompose`` the program is first lowered with ``run_decompositions`` to core ATen
     (keeping scaled_dot_product_attention and linear whole). Errors are ``TorchImportError``
     naming the FX node, its target op, the module it came from and what is unsupported.
@@ -141,9 +142,13 @@ class _Importer:
         used = _used_vars(func)
         weights = [w for w in weights if w in used]      # e.g. num_batches_tracked is not
         params = {w.name: params[w.name] for w in weights}
-        func = Function(tuple(inputs) + tuple(weights), func.blocks, func.body, {"num_input": len(inputs)})
+        uppers, lowers = self._ranges()
+        attrs = {"num_input": len(inputs)}
+        if lowers:
+            attrs["kiln.limits"] = lowers
+        func = Function(tuple(inputs) + tuple(weights), func.blocks, func.body, attrs)
         mod = IRModule({self.name: func})
-        mod = with_bounds(mod, self._bounds())
+        mod = with_bounds(mod, uppers)
         if not self.keep:
             from ...transform import bind_params
             mod, params = bind_params(self.name, params)(mod), {}
@@ -169,19 +174,24 @@ class _Importer:
             raise TorchImportError(f"input {pname!r}: {e}") from None
         return GraphVar(pname, TensorType(tuple(dims), dtype))
 
-    def _bounds(self):
-        out = {}
+    def _ranges(self):
+        """The Dims' ranges as torch.export recorded them: ``({name: max}, ((min - dim, 0), ...))``.
+        The max becomes a Kiln bound (intermediates planned at it, larger inputs refused); the
+        min a limit ``min - dim <= 0`` -- the form in which the VM checks a lower bound, in every
+        binding (the C runtime refuses the call: "symbolic dimension 'batch' = 1 is below its
+        minimum 2"). A program torch traced for dims >= min may rely on it (a slice ``x[:, 1:]``
+        proved in range), so a smaller input is refused rather than run."""
+        uppers, lowers = {}, []
         for sym, var in self.symbols.vars.items():
             vr = self.ep.range_constraints.get(sym)
             if vr is None:
                 continue
-            try:
-                upper = int(vr.upper)
-            except (TypeError, ValueError, OverflowError):
-                continue          # unbounded (int_oo)
-            if upper < 2 ** 62:
-                out[var.name] = upper
-        return out
+            upper, lower = _finite(vr.upper), _finite(vr.lower)
+            if upper is not None:
+                uppers[var.name] = upper
+            if lower is not None and lower > 0:
+                lowers.append((IntImm(lower, var.dtype) - var, 0))
+        return uppers, tuple(lowers)
 
     def _output(self, a):
         v = self.env.get(a.name) if hasattr(a, "name") else a
@@ -237,6 +247,15 @@ class _Importer:
         if isinstance(a, (list, tuple)):
             return type(a)(self._map(x, node) for x in a)
         return a
+
+
+def _finite(v):
+    """A range end as an int, or None when unbounded (torch's int_oo, or past int64)."""
+    try:
+        v = int(v)
+    except (TypeError, ValueError, OverflowError):
+        return None
+    return v if abs(v) < 2 ** 62 else None
 
 
 def _check(out, val):
