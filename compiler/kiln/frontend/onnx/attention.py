@@ -17,8 +17,8 @@ def _heads_first(ctx, x, heads):
 def attention(ctx, node, ins, attrs):
     ins = list(ins) + [None] * (7 - len(ins))
     q, k, v, mask, past_k, past_v, nonpad = ins[:7]
-    if nonpad is not None:
-        raise Unsupported("nonpad_kv_seqlen is not supported")
+    if nonpad is not None and past_k is not None:
+        raise Unsupported("nonpad_kv_seqlen cannot be combined with past_key / past_value")
     if (past_k is None) != (past_v is None):
         raise Unsupported("past_key and past_value must be given together")
     npdt = dt.to_numpy(dtype(q))
@@ -56,21 +56,35 @@ def attention(ctx, node, ins, attrs):
         if dtype(mask) == "bool":
             mask = ctx.op("where", mask, ctx.const(np.array(zero)), ctx.const(np.array(ninf)))
         bias = mask
-    i = np.arange(S)[:, None]
-    j = np.arange(L)[None, :]
+    # Masks over (query i, key j): query i sits at position i + offset among the keys, where
+    # offset is past_len, or per batch nonpad_kv_seqlen[b] - S (an external cache whose valid
+    # keys end at nonpad_kv_seqlen[b]; a run-time value, so these masks are computed in the graph)
+    zero_c, ninf_c = ctx.const(np.array(zero)), ctx.const(np.array(ninf))
+    jj = ctx.const(np.arange(L, dtype=np.int64)[None, :])
+    if nonpad is not None:
+        valid = ctx.op("reshape", ctx.op("cast", nonpad, dtype="int64"), shape=(B, 1, 1, 1))
+        off = ctx.op("subtract", valid, ctx.const(np.array(S, np.int64)))
+    else:
+        off = ctx.const(np.array(past_len, np.int64))
+    pos = ctx.op("add", ctx.const(np.arange(S, dtype=np.int64)[:, None]), off)  # (S, 1) or (B, 1, S, 1)
+
+    def add_bias(bias, allowed):
+        term = ctx.op("where", allowed, zero_c, ninf_c)
+        return term if bias is None else ctx.op("add", bias, term)
     if attrs.get("is_causal", 0):
-        c = np.where(j <= i + past_len, zero, ninf).astype(npdt)
-        bias = ctx.const(c) if bias is None else ctx.op("add", bias, ctx.const(c))
+        bias = add_bias(bias, ctx.op("less_equal", jj, pos))
     lw, rw = attrs.get("left_window_size", -1), attrs.get("right_window_size", -1)
     if lw >= 0 or rw >= 0:
-        diff = (i + past_len) - j
-        ok = np.ones_like(diff, dtype=bool)
+        diff = ctx.op("subtract", pos, jj)
+        ok = None
         if lw >= 0:
-            ok &= diff <= lw
+            ok = ctx.op("less_equal", diff, ctx.const(np.array(lw, np.int64)))
         if rw >= 0:
-            ok &= -diff <= rw
-        wnd = np.where(ok, zero, ninf).astype(npdt)
-        bias = ctx.const(wnd) if bias is None else ctx.op("add", bias, ctx.const(wnd))
+            r_ok = ctx.op("greater_equal", diff, ctx.const(np.array(-rw, np.int64)))
+            ok = r_ok if ok is None else ctx.op("logical_and", ok, r_ok)
+        bias = add_bias(bias, ok)
+    if nonpad is not None:  # keys past each batch's nonpad_kv_seqlen are padding
+        bias = add_bias(bias, ctx.op("less", ctx.op("reshape", jj, shape=(1, 1, 1, L)), valid))
 
     if QH != KH:
         if QH % KH:
