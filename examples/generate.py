@@ -3,9 +3,10 @@
     python examples/generate.py gpt.so 5 17 33 [--steps 32]
     python examples/generate.py          # exports a small random model first (export_gpt.py)
 
-Loads the one artifact, creates its KV cache, prefills the prompt's token ids, then decodes
-``--steps`` tokens greedily and prints them, space separated. The cache is updated in place by
-every call; the tokens so far live in one buffer, passed as views (no copies).
+Loads the one artifact, creates its KV cache, prefills the prompt's token ids (``tokens[1, n]``),
+then decodes ``--steps`` tokens greedily (one ``token[1, 1]`` per step) and prints them, space
+separated. The cache is updated in place by every call and holds its own length, so a step
+passes only the new token.
 """
 import argparse
 
@@ -14,23 +15,28 @@ import numpy as np
 import kiln
 
 
+class CacheFull(RuntimeError):
+    """The prompt and the steps need more positions than the KV cache has."""
+
+
 def generate(vm, prompt, steps: int):
     """The ``steps`` greedy tokens after ``prompt`` (a list of token ids)."""
-    kv = vm["create_cache"]()                      # zeros, [layers, 2, heads, max_len, head_dim]
-    # (more tokens than the cache's positions: the runtime refuses the call, naming the limit)
-    tokens = np.zeros((1, len(prompt) + steps), np.int64)
-    tokens[0, :len(prompt)] = prompt
-    t = len(prompt)
-    logits, kv = vm["prefill"](tokens[:, :t], kv)  # logits of the last prompt token
+    kv = vm["create_cache"]()  # zeros, [layers, 2, heads, max_len + 1, head_dim]; length 0
+    max_len = kv.shape[3] - 1  # (the last position holds the cache's length)
+    # (a prompt longer than the cache: the runtime refuses prefill, naming the limit)
+    logits, kv = vm["prefill"](np.array([prompt], np.int64), kv)  # logits of the last prompt token
+    token = np.zeros((1, 1), np.int64)
     out = []
-    for _ in range(steps):
+    for t in range(len(prompt), len(prompt) + steps):
         nxt = int(np.argmax(logits.numpy()[0]))
         out.append(nxt)
         if len(out) == steps:
             break
-        tokens[0, t] = nxt
-        t += 1
-        logits, kv = vm["decode"](tokens[:, :t], kv)  # one step: O(t)
+        if t == max_len:  # decode would return NaN logits
+            raise CacheFull(f"the KV cache is full ({max_len} positions); generated so far: "
+                            f"{' '.join(map(str, out))}")
+        token[0, 0] = nxt
+        logits, kv = vm["decode"](token, kv)  # one step at position t: O(t)
     return out
 
 
@@ -51,7 +57,7 @@ def main():
     try:
         vm = kiln.VirtualMachine(args.model, kiln.cpu())
         print(" ".join(str(t) for t in generate(vm, args.prompt, args.steps)))
-    except kiln.runtime.KilnError as e:
+    except (kiln.runtime.KilnError, CacheFull) as e:
         raise SystemExit(f"generate: {e}")
 
 

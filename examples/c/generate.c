@@ -5,10 +5,10 @@
  *   generate MODEL.so STEPS TOKEN...
  *
  * Loads the one artifact, creates its KV cache ("create_cache"), prefills the prompt's token ids
- * ("prefill"), then decodes STEPS tokens greedily ("decode") and prints them, space separated.
- * The cache is one tensor the functions update in place; the tokens so far live in one buffer,
- * passed to each call as a [1, t] view of it (kiln_tensor_wrap: no copy), so a step allocates
- * only its logits. Exit status 0 on success, 1 on an error (message on stderr), 2 on bad usage.
+ * ("prefill": tokens[1, n]), then decodes STEPS tokens greedily ("decode": one token[1, 1] per
+ * step) and prints them, space separated. The cache is one tensor the functions update in place;
+ * it holds its own length, so a step passes only the new token, wrapped without a copy
+ * (kiln_tensor_wrap). Exit status 0 on success, 1 on an error (message on stderr), 2 on bad usage.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,7 +20,7 @@ static int fail(const char* what, kiln_status_t status) {
   return 1;
 }
 
-/* fn(tokens[:, :t], kv) -> (logits, kv): the argmax of the logits in *next. */
+/* fn(tokens[1, t], kv) -> (logits, kv): the argmax of the logits in *next. */
 static kiln_status_t step(kiln_function_t* fn, int64_t* tokens, int64_t t, kiln_tensor_t* kv,
                           int64_t* next) {
   int64_t shape[2] = {1, t};
@@ -81,20 +81,28 @@ int main(int argc, char** argv) {
     fprintf(stderr, "generate: STEPS must be at least 1\n");
     goto done;
   }
-  /* (more tokens than the cache's positions: the runtime refuses the call, naming the limit) */
-  int64_t* tokens = calloc((size_t)(n + steps), sizeof *tokens);
+  /* kv_cache[layers, 2, heads, max_len + 1, head_dim]: the last position holds the length */
+  int64_t max_len = kiln_tensor_dltensor(kv.u.tensor)->shape[3] - 1;
+  int64_t* tokens = calloc((size_t)n, sizeof *tokens);
   if (!tokens) goto done;
   for (int i = 0; i < n; i++) tokens[i] = atoll(argv[3 + i]);
+  /* (a prompt longer than the cache: the runtime refuses prefill, naming the limit) */
   int64_t t = n, next = 0;
-  st = step(prefill, tokens, t, kv.u.tensor, &next);
+  st = step(prefill, tokens, n, kv.u.tensor, &next);
+  free(tokens);
   for (int k = 0; st == KILN_OK && k < steps; k++) {
     printf(k ? " %lld" : "%lld", (long long)next);
     if (k + 1 == steps) break;
-    tokens[t++] = next;
-    st = step(decode, tokens, t, kv.u.tensor, &next);
+    if (t == max_len) {  /* decode would return NaN logits: the cache is full */
+      printf("\n");
+      fprintf(stderr, "generate: the KV cache is full (%lld positions)\n", (long long)max_len);
+      goto done;
+    }
+    int64_t token = next;
+    st = step(decode, &token, 1, kv.u.tensor, &next);
+    t++;
   }
   printf("\n");
-  free(tokens);
   rc = st == KILN_OK ? 0 : fail("generating", st);
 done:
   kiln_value_release(&kv);

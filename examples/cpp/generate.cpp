@@ -3,21 +3,21 @@
 //
 //   generate MODEL.so STEPS TOKEN...
 //
-// Loads the one artifact, creates its KV cache, prefills the prompt's token ids, decodes STEPS
-// tokens greedily and prints them, space separated. The cache is one NDArray the functions update
-// in place; the tokens so far live in one vector, passed to each call as a [1, t] view
-// (NDArray::Wrap: no copy). Errors throw kiln::Error with the runtime's message.
+// Loads the one artifact, creates its KV cache, prefills the prompt's token ids (tokens[1, n]),
+// decodes STEPS tokens greedily (one token[1, 1] per step) and prints them, space separated. The
+// cache is one NDArray the functions update in place; it holds its own length, so a step passes
+// only the new token, wrapped without a copy (NDArray::Wrap). Errors throw kiln::Error with the
+// runtime's message.
 #include <cstdio>
 #include <cstdlib>
 #include <vector>
 
 #include "kiln.hpp"
 
-// fn(tokens[:, :t], kv) -> (logits, kv); returns the argmax of the logits.
-static int64_t Step(const kiln::Function& fn, std::vector<int64_t>& tokens, int64_t t,
-                    const kiln::NDArray& kv) {
+// fn(tokens[1, t], kv) -> (logits, kv); returns the argmax of the logits.
+static int64_t Step(const kiln::Function& fn, int64_t* tokens, int64_t t, const kiln::NDArray& kv) {
   int64_t shape[2] = {1, t};
-  DLTensor view{tokens.data(), {kDLCPU, 0}, 2, {kDLInt, 64, 1}, shape, nullptr, 0};
+  DLTensor view{tokens, {kDLCPU, 0}, 2, {kDLInt, 64, 1}, shape, nullptr, 0};
   kiln::Value result = fn(kiln::NDArray::Wrap(view), kv);
   kiln::NDArray logits = result[0].AsNDArray();
   const float* v = logits.data<float>();
@@ -43,16 +43,24 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "generate: STEPS must be at least 1\n");
       return 2;
     }
-    // (more tokens than the cache's positions: the runtime refuses the call, naming the limit)
-    std::vector<int64_t> tokens(size_t(argc - 3 + steps), 0);
-    int64_t t = 0;
-    for (int i = 3; i < argc; ++i) tokens[size_t(t++)] = std::atoll(argv[i]);
-    int64_t next = Step(prefill, tokens, t, kv);
+    // kv_cache[layers, 2, heads, max_len + 1, head_dim]: the last position holds the length
+    const int64_t max_len = kv.shape()[3] - 1;
+    std::vector<int64_t> prompt;
+    for (int i = 3; i < argc; ++i) prompt.push_back(std::atoll(argv[i]));
+    // (a prompt longer than the cache: the runtime refuses prefill, naming the limit)
+    int64_t t = int64_t(prompt.size());
+    int64_t next = Step(prefill, prompt.data(), t, kv);
     for (int k = 0; k < steps; ++k) {
       std::printf(k ? " %lld" : "%lld", (long long)next);
       if (k + 1 == steps) break;
-      tokens[size_t(t++)] = next;
-      next = Step(decode, tokens, t, kv);
+      if (t == max_len) {  // decode would return NaN logits: the cache is full
+        std::printf("\n");
+        std::fprintf(stderr, "generate: the KV cache is full (%lld positions)\n", (long long)max_len);
+        return 1;
+      }
+      int64_t token = next;
+      next = Step(decode, &token, 1, kv);
+      ++t;
     }
     std::printf("\n");
   } catch (const kiln::Error& e) {

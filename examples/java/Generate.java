@@ -10,14 +10,14 @@ import java.util.List;
  * </pre>
  *
  * Loads the one artifact, creates its KV cache ("create_cache"), prefills the prompt's token ids
- * ("prefill"), then decodes STEPS tokens greedily ("decode") and prints them, space separated. The
- * cache is one NDArray the functions update in place; each call gets the tokens so far as a
- * [1, t] array.
+ * ("prefill": tokens[1, n]), then decodes STEPS tokens greedily ("decode": one token[1, 1] per
+ * step) and prints them, space separated. The cache is one NDArray the functions update in place;
+ * it holds its own length, so a step passes only the new token.
  */
 public final class Generate {
-    /** fn(tokens[:t], kv) -> (logits, kv): the argmax of the logits. */
-    static long step(Function fn, long[] tokens, int t, NDArray kv) {
-        try (NDArray tok = NDArray.fromLongArray(java.util.Arrays.copyOf(tokens, t), new long[] {1, t});
+    /** fn(tokens[1, t], kv) -> (logits, kv): the argmax of the logits. */
+    static long step(Function fn, long[] tokens, NDArray kv) {
+        try (NDArray tok = NDArray.fromLongArray(tokens, new long[] {1, tokens.length});
              Value result = fn.pushArg(tok).pushArg(kv).invoke()) {
             List<Value> items = result.asTuple();
             try (NDArray logits = items.get(0).asNDArray()) {
@@ -50,16 +50,23 @@ public final class Generate {
                     System.err.println("Generate: STEPS must be at least 1");
                     System.exit(2);
                 }
-                // (more tokens than the cache's positions: the runtime refuses the call, naming the limit)
-                long[] tokens = new long[t + steps];
-                for (int i = 0; i < t; i++) tokens[i] = Long.parseLong(args[2 + i]);
-                long next = step(prefill, tokens, t, kv);
+                // kv_cache[layers, 2, heads, max_len + 1, head_dim]: the last position holds the length
+                long maxLen = kv.shape()[3] - 1;
+                long[] prompt = new long[t];
+                for (int i = 0; i < t; i++) prompt[i] = Long.parseLong(args[2 + i]);
+                // (a prompt longer than the cache: the runtime refuses prefill, naming the limit)
+                long next = step(prefill, prompt, kv);
                 StringBuilder out = new StringBuilder();
                 for (int k = 0; k < steps; k++) {
                     out.append(k == 0 ? "" : " ").append(next);
                     if (k + 1 == steps) break;
-                    tokens[t++] = next;
-                    next = step(decode, tokens, t, kv);
+                    if (t == maxLen) { // decode would return NaN logits: the cache is full
+                        System.out.println(out);
+                        System.err.println("Generate: the KV cache is full (" + maxLen + " positions)");
+                        System.exit(1);
+                    }
+                    next = step(decode, new long[] {next}, kv);
+                    t++;
                 }
                 System.out.println(out);
             }

@@ -1,6 +1,6 @@
 """The generation examples in all four languages (examples/generate.py, c/generate.c,
 cpp/generate.cpp, java/Generate.java) load one artifact exported by examples/export_gpt.py,
-prefill a prompt and greedily decode 32 tokens: each prints exactly the tokens of the PyTorch
+prefill a prompt and greedily decode 32 tokens, one token per decode call: each prints exactly the tokens of the PyTorch
 reference model (tests/dynamic/gpt2_reference.py) with the same weights."""
 from __future__ import annotations
 
@@ -53,8 +53,9 @@ def corrupt_derived_entry(so: pathlib.Path, out: pathlib.Path) -> pathlib.Path:
 
 
 def _errors(cmd_for, artifact, tmp_path):
-    """Each language reports a corrupted derived-dim entry and a prompt longer than the cache
-    (a violated limit on a symbolic dim) as a clear error, exit status 1."""
+    """Each language reports a corrupted derived-dim entry, a prompt longer than the cache (a
+    violated limit on a symbolic dim) and a generation past the cache's end as a clear error,
+    exit status 1."""
     so, _ = artifact
     bad = corrupt_derived_entry(so, tmp_path / "bad.so")
     run = subprocess.run(cmd_for(bad, ["3", "1", "2"]), capture_output=True, text=True, timeout=300)
@@ -62,6 +63,9 @@ def _errors(cmd_for, artifact, tmp_path):
     run = subprocess.run(cmd_for(so, ["2"] + ["1"] * 130), capture_output=True, text=True, timeout=300)
     assert run.returncode == 1 and "prefill: symbolic dimension 'n' = 130 exceeds its bound 128" in run.stderr, \
         run.stderr[-2000:]
+    # 120 + 19 positions: decode would return NaN once the cache's 128 are filled
+    run = subprocess.run(cmd_for(so, ["20"] + ["1"] * 120), capture_output=True, text=True, timeout=300)
+    assert run.returncode == 1 and "the KV cache is full (128 positions)" in run.stderr, run.stderr[-2000:]
 
 
 def _tokens(run):

@@ -9,11 +9,17 @@ copy, and the attention's mask buffers are accepted and skipped).
 
 ``export_lm()`` traces three graph functions over one KV cache (``kiln.nn.kv_cache``):
 
-- ``create_cache() -> kv_cache[layers, 2, heads, max_len, head_dim]``, zeroed;
-- ``prefill(tokens[1, n], kv_cache) -> (logits[1, vocab], kv_cache)``: the prompt's keys and
-  values written to positions ``0 .. n - 1``, the logits of its last token;
-- ``decode(tokens[1, t], kv_cache) -> (logits[1, vocab], kv_cache)``: one step for the last
-  of the tokens so far (positions ``0 .. t - 2`` are in the cache): O(t) work.
+- ``create_cache() -> kv_cache[layers, 2, heads, max_len + 1, head_dim]``, zeroed (length 0;
+  the extra position holds the cache's length, see ``kiln.nn.kv_cache``);
+- ``prefill(tokens[1, n], kv_cache) -> (logits[1, vocab], kv_cache)``: a new sequence, the
+  prompt's keys and values written to positions ``0 .. n - 1`` and the length set to ``n``;
+  the logits of its last token;
+- ``decode(token[1, 1], kv_cache) -> (logits[1, vocab], kv_cache)``: one step for the next
+  token, at the position the cache's length gives (then one more): O(length) work, and no
+  symbolic shape, so everything a step needs is planned ahead.
+
+The ``kv_cache`` argument is declared written: both functions update it in place and return
+the same memory.
 
 >>> model = GPT(vocab_size=64, n_positions=32, n_embd=16, n_layer=1, n_head=2)
 >>> mod, _ = model.export_lm()          # doctest: +SKIP
@@ -23,7 +29,7 @@ from __future__ import annotations
 import math
 
 from .. import functional as F
-from ..kv_cache import kv_write, zeros_cache
+from .. import kv_cache as kv_cache_ops
 from ..module import Module, ModuleList
 from ..parameter import Parameter, normal, zeros
 from ..spec import Tensor as Spec
@@ -58,22 +64,17 @@ class GPTAttention(Module):
         b, s, _ = x.shape
         return x.reshape(b, s, self.n_head, self.head_dim).permute(0, 2, 1, 3)
 
-    def forward(self, x, tokens, cache, layer: int, mask=None):
-        """``x[1, s, E]`` for the last ``s`` of ``tokens[1, t]``; with ``mask`` (prefill, s = t)
-        attention among the new positions, else (decode, s = 1) over the cache's first t."""
+    def forward(self, x, cache, layer: int, mask=None):
+        """``x[1, s, E]``: with ``mask`` (prefill) a prompt written to the cache's positions
+        ``0 .. s - 1``, attention among them; else (decode, s = 1) one token written at the
+        cache's length and attending over the positions up to it."""
         q, k, v = (self._heads(y) for y in F.split(self.c_attn(x), x.shape[-1], dim=2))
-        cache = kv_write(cache, tokens, k, v, layer)
         scale = 1.0 / math.sqrt(self.head_dim)
         if mask is None:
-            # one query over the cache's first t positions: scores as K @ q^T (t x 1), so the
-            # cache slice is read in its own layout (no transposed copy of K per step)
-            t = tokens.shape[1]
-            L, _, H, M, D = cache.shape
-            k, v = (emit("strided_slice", cache, begin=(layer, kind, 0, 0, 0), end=(layer + 1, kind + 1, H, t, D),
-                         assume_in_bounds=True).reshape(1, H, t, D) for kind in (0, 1))
-            scores = (F.matmul(k, q.reshape(1, H, D, 1)) * scale).reshape(1, H, 1, t)
-            o = F.matmul(F.softmax(scores, dim=-1), v)
+            cache = kv_cache_ops.write_step(cache, k, v, layer)
+            o = kv_cache_ops.attend_step(cache, q, layer, scale)
         else:
+            cache = kv_cache_ops.write_prompt(cache, k, v, layer)
             o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
         b, h, s, d = o.shape
         return self.c_proj(o.permute(0, 2, 1, 3).reshape(b, s, h * d)), cache
@@ -97,8 +98,8 @@ class GPTBlock(Module):
         self.ln_2 = LayerNorm(n_embd, eps=eps)
         self.mlp = GPTMLP(n_embd)
 
-    def forward(self, x, tokens, cache, layer: int, mask=None):
-        a, cache = self.attn(self.ln_1(x), tokens, cache, layer, mask)
+    def forward(self, x, cache, layer: int, mask=None):
+        a, cache = self.attn(self.ln_1(x), cache, layer, mask)
         x = x + a
         return x + self.mlp(self.ln_2(x)), cache
 
@@ -114,7 +115,7 @@ class _Transformer(Module):
 
 class GPT(Module):
     """GPT-2 layout (see the module docstring). ``max_len`` (default ``n_positions``) sizes the
-    KV cache: prompts and generations up to that many tokens."""
+    KV cache: prompts and generations up to that many tokens in all."""
     _ignored_state_keys = ("lm_head.weight",)  # tied to transformer.wte.weight
 
     def __init__(self, vocab_size: int = 50257, n_positions: int = 1024, n_embd: int = 768,
@@ -129,12 +130,13 @@ class GPT(Module):
         self.transformer = _Transformer(vocab_size, n_positions, n_embd, n_layer, n_head, layer_norm_epsilon)
 
     def cache_shape(self) -> tuple:
-        return (self.n_layer, 2, self.n_head, self.max_len, self.head_dim)
+        """``(layers, 2, heads, max_len + 1, head_dim)``: the last position holds the length."""
+        return (self.n_layer, 2, self.n_head, self.max_len + 1, self.head_dim)
 
-    def _run(self, tokens, cache, x, mask):
+    def _run(self, cache, x, mask):
         tr = self.transformer
         for i, block in enumerate(tr.h):
-            x, cache = block(x, tokens, cache, i, mask)
+            x, cache = block(x, cache, i, mask)
         s = x.shape[1]
         last = x if isinstance(s, int) and s == 1 else emit(
             "strided_slice", x, begin=(s - 1,), end=(s,), axes=(1,), assume_in_bounds=True)
@@ -142,49 +144,51 @@ class GPT(Module):
         return logits.reshape(1, logits.shape[-1]), cache
 
     def prefill(self, tokens, kv_cache):
-        """Process a prompt ``tokens[1, n]`` into an empty cache; the last token's logits."""
+        """A new sequence: the prompt ``tokens[1, n]`` into the cache (whatever it held is
+        dropped), its length set to n; the last token's logits."""
         n = tokens.shape[1]
         pos = emit("arange", tokens, start=0, step=1, length=n, dtype="int64")
         x = self.transformer.wte(tokens) + self.transformer.wpe(pos)
         i = emit("arange", tokens, start=0, step=1, length=n, dtype="int64")
         mask = F.le(i.reshape(1, n), i.reshape(n, 1))  # key j attends for query i when j <= i
-        return self._run(tokens, kv_cache, x, mask)
+        logits, cache = self._run(kv_cache, x, mask)
+        return logits, kv_cache_ops.set_length(cache, tokens, logits)
 
-    def decode(self, tokens, kv_cache):
-        """One step: the logits after ``tokens[1, t]``, whose first t - 1 are in the cache."""
-        t = tokens.shape[1]
-        last = emit("strided_slice", tokens, begin=(t - 1,), end=(t,), axes=(1,), assume_in_bounds=True)
-        pos = emit("arange", tokens, start=t - 1, step=1, length=1, dtype="int64")
-        x = self.transformer.wte(last) + self.transformer.wpe(pos)
-        return self._run(tokens, kv_cache, x, None)
+    def decode(self, token, kv_cache):
+        """One step: the logits after ``token[1, 1]``, the next token of the sequence in the
+        cache (at the position its length gives; NaN logits and no change when it is full)."""
+        pos = kv_cache_ops.position(kv_cache)
+        x = self.transformer.wte(token) + self.transformer.wpe(pos)
+        logits, cache = self._run(kv_cache, x, None)
+        return logits, kv_cache_ops.advance(cache, logits)
 
     def create_cache(self):
         """A zeroed cache for ``max_len`` positions."""
-        return zeros_cache(self.n_layer, self.n_head, self.max_len, self.head_dim)
+        return kv_cache_ops.zeros_cache(self.n_layer, self.n_head, self.max_len, self.head_dim)
 
     def export_lm(self, bounds: bool = True):
         """``(IRModule, param_spec)`` with ``prefill``, ``decode`` and ``create_cache`` (module
-        docstring). With ``bounds``, intermediates are planned in the arena at ``max_len``, so
-        a step allocates no intermediate on the heap. The runtime refuses ``n`` or ``t``
-        outside ``1 .. max_len``."""
+        docstring). With ``bounds``, prefill's intermediates are planned in the arena at
+        ``max_len`` (decode has static shapes: always planned). The runtime refuses a prompt
+        length ``n`` outside ``1 .. max_len``."""
         from ....ir.derived_dims import with_bounds
         from ....ir.expr import IntImm
         from ....ir.function import IRModule
         from ....ir.graph import Function
         cache = Spec(self.cache_shape(), "float32")
         spec = {"prefill": {"tokens": Spec((1, "n"), "int64"), "kv_cache": cache},
-                "decode": {"tokens": Spec((1, "t"), "int64"), "kv_cache": cache},
+                "decode": {"token": Spec((1, 1), "int64"), "kv_cache": cache},
                 "create_cache": {}}
         mod, param_spec = self.export(spec)
         funcs = {}
         for name, f in mod.items():
-            if isinstance(f, Function) and name != "create_cache":
+            if isinstance(f, Function) and name == "prefill":
                 dim = f.params[0].ty.shape[1]
-                # the cache write and the position lookup rely on 1 <= dim <= max_len
+                # the cache writes and the position lookup rely on 1 <= n <= max_len
                 limits = ((dim, self.max_len), (IntImm(1, dim.dtype) - dim, 0))
                 f = Function(f.params, f.blocks, f.body, tuple(f.attrs) + (("kiln.limits", limits),))
             funcs[name] = f
         mod = IRModule(funcs, mod.attrs)
         if bounds:
-            mod = with_bounds(mod, {"n": self.max_len, "t": self.max_len})
+            mod = with_bounds(mod, {"n": self.max_len})
         return mod, param_spec
