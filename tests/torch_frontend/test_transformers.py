@@ -2,7 +2,7 @@
 downloaded): BERT, GPT-2, a T5 encoder and a Whisper encoder, exported with torch.export,
 imported, compiled with the "default" pipeline and compared with torch eager at rtol = 1e-4,
 atol = 1e-4 times the output's largest magnitude (fp32); BERT also with a dynamic batch at two
-sizes and with a dynamic batch and sequence, GPT-2 with a dynamic batch. Each compiles a whole model: marked slow."""
+sizes and with a dynamic batch and sequence, GPT-2 with a dynamic batch and with a dynamic sequence. Each compiles a whole model: marked slow."""
 from __future__ import annotations
 
 import numpy as np
@@ -86,6 +86,15 @@ def test_gpt2_dynamic_batch():
     batch = torch.export.Dim("batch", min=1, max=8)
     compare(gpt2(), {"input_ids": ids(2, 8)}, dynamic_shapes={"input_ids": {0: batch}},
             more=[{"input_ids": ids(n, 8, seed=n)} for n in (1, 5)])
+
+
+def test_gpt2_dynamic_sequence():
+    # position ids arange(seq) and the causal mask's diff with a prepend (a kernel reading
+    # (1, seq) and writing (1, seq + 1)) at two lengths
+    seq = torch.export.Dim("seq", min=2, max=32)
+    mod = compare(gpt2(), {"input_ids": ids(1, 8)}, dynamic_shapes={"input_ids": {1: seq}},
+                  more=[{"input_ids": ids(1, n, seed=n)} for n in (3, 17)])
+    assert [str(d) for d in mod["main"].params[0].ty.shape] == ["1", "seq"]
 
 
 def test_t5_encoder():

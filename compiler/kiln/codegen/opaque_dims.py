@@ -26,7 +26,7 @@ def _free_vars(e) -> List[Var]:
     return [v for v in collect(e, Var)]
 
 
-def _solve(exprs, fresh, bound) -> Dict[Var, PrimExpr]:
+def _solve(exprs, fresh, bound, solvers=None) -> Dict[Var, PrimExpr]:
     """Unbound variables recovered from bound wholes. ``past + n`` bound as ``E`` with ``n``
     bound gives ``past = E - n`` (a window ``mask[past + i]`` of a kernel whose output is
     ``(n, past + n)`` needs ``past`` itself). When a whole leaves its variables underdetermined
@@ -34,9 +34,10 @@ def _solve(exprs, fresh, bound) -> Dict[Var, PrimExpr]:
     parameter shape its size computes the same, since the kernel then depends on them only
     through those shapes: the first variable takes ``E`` minus the rest, the others 0. Only
     wholes linear in their unbound variables with coefficient 1 are solved; the caller checks
-    that every parameter shape comes out right."""
+    that every parameter shape comes out right. ``solvers`` collects the indices of the wholes
+    that solved some variable."""
     out: Dict[Var, PrimExpr] = {}
-    for e, whole in zip(exprs, fresh):
+    for i, (e, whole) in enumerate(zip(exprs, fresh)):
         free = [v for v in _free_vars(e) if v not in bound and v not in out]
         if not free:
             continue
@@ -51,6 +52,8 @@ def _solve(exprs, fresh, bound) -> Dict[Var, PrimExpr]:
         out[free[0]] = whole - rest
         for v in free[1:]:
             out[v] = IntImm(0, v.dtype)
+        if solvers is not None:
+            solvers.add(i)
     return out
 
 
@@ -85,11 +88,17 @@ def abstract_unbound_dims(name: str, func: PrimFunc) -> PrimFunc:
         return func
     fresh: List[Var] = [Var(str(e), e.dtype) for e in exprs]
     unbound = {v for e in exprs for v in _free_vars(e) if v not in bound}
-    solved = _solve(exprs, fresh, bound)
+    solvers: set = set()
+    solved = _solve(exprs, fresh, bound, solvers)
+    # A whole whose variables the others solved is an expression of theirs (``seq + 1`` beside
+    # ``seq - 1``, which binds seq: ``(seq - 1) + 2``), a derived dimension the runtime computes
+    # and checks, not a second unknown that would have to agree with the first.
+    wholes = [v if i in solvers or not all(u in bound or u in solved for u in _free_vars(e))
+              else _simplify(substitute(e, solved)) for i, (e, v) in enumerate(zip(exprs, fresh))]
 
     def pre(n):
         if isinstance(n, PrimExpr) and not isinstance(n, (Var, IntImm)):
-            for e, v in zip(exprs, fresh):
+            for e, v in zip(exprs, wholes):
                 if expr_equal(n, e):
                     return v
         return None
@@ -107,8 +116,8 @@ def abstract_unbound_dims(name: str, func: PrimFunc) -> PrimFunc:
     body = substitute_buffers(rewrite(func.body), bmap)
     out = PrimFunc(params, body, func.attrs)
     unbound -= set(solved)
-    for e, v in zip(exprs, fresh):  # each parameter shape must come out as its bound whole
-        if any(u in solved for u in _free_vars(e)) and not _same(substitute(e, solved), v):
+    for i, (e, v) in enumerate(zip(exprs, fresh)):  # each solving shape must come out as its whole
+        if i in solvers and not _same(substitute(e, solved), v):
             raise CodegenError(f"kernel '{name}': cannot recover the symbolic dimensions of {e} "
                                f"from its arguments")
     left = [v for v in collect(out, Var) if v in unbound]

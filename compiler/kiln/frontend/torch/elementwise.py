@@ -351,7 +351,11 @@ def arange(ctx: Ctx, node, args, kwargs):
         return ctx.const(np.arange(start, end, step), out)
     if not (isinstance(step, int) and step == 1 and isinstance(start, (int, PrimExpr))):
         raise Unsupported("a symbolic arange needs integer start and step 1")
-    r = ctx.op("arange", *ctx.witnesses_of(start, end), start=start, step=1, length=end - start, dtype="int64")
+    # torch's recorded length (s70), not end - start: an unsimplified ``seq - 0`` beside a plain
+    # ``seq`` is a second unknown to every kernel that sees it (GPT-2's position ids), which a
+    # fused kernel reading (1, seq - 0) and writing (1, seq + 1) could not bind seq from
+    length = ctx.out_size(0)
+    r = ctx.op("arange", *ctx.witnesses_of(start, end), start=start, step=1, length=length, dtype="int64")
     return ctx.cast(r, out)
 
 
