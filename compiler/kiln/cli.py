@@ -201,8 +201,9 @@ def _import_model(args, step):
 
 
 def _import_torch_program(args, step):
-    """A program saved with ``torch.export.save``, its weights bound (the Dims' names and
-    bounds come with it; --shape and --const-input do not apply)."""
+    """A program saved with ``torch.export.save``, its weights bound (the Dims' bounds come with
+    it, and their names when saved with ``kiln.frontend.torch.save``; --shape and --const-input
+    do not apply)."""
     import kiln
     if args.shape or getattr(args, "const_input", None):
         raise CLIError(f"{args.model}: --shape and --const-input apply to ONNX models; a torch.export "

@@ -9,8 +9,8 @@ overload. ``supported_ops()`` lists them. Each converter maps onto the operator 
 from . import elementwise, nn, reduction, tensor
 from .common import supported_ops
 from .errors import TorchImportError
-from .program import from_exported_program, load
+from .program import from_exported_program, load, save
 
 _FAMILIES = (elementwise, nn, reduction, tensor)   # imported for their converters
 
-__all__ = ["from_exported_program", "load", "TorchImportError", "supported_ops"]
+__all__ = ["from_exported_program", "load", "save", "TorchImportError", "supported_ops"]

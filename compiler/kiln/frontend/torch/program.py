@@ -9,6 +9,7 @@ recorded for the node.
 from __future__ import annotations
 
 import contextlib
+import json
 import operator
 import warnings
 from typing import Dict
@@ -23,7 +24,7 @@ from ...ir.graph_builder import FunctionBuilder
 from ...ops.registry import OpError
 from .common import Ctx, NotComputed, kiln_dtype, lookup
 from .errors import TorchImportError, Unsupported
-from .symbols import SymbolTable
+from .symbols import DIM_NAMES_FILE, SymbolTable, dim_names
 
 # Ops the default decompositions would break up but Kiln has as one operator (one kernel,
 # the way the ONNX importer maps them): kept whole.
@@ -36,7 +37,7 @@ _IGNORED = {"aten._assert_scalar.default", "aten.sym_constrain_range_for_size.de
 
 
 def from_exported_program(ep, keep_params_as_input: bool = False, *, decompose: bool = True,
-                          name: str = "main"):
+                          name: str = "main", dim_names=None):
     """Import a ``torch.export.ExportedProgram`` as ``(IRModule, params)``.
 
     The graph function is ``name`` (``"main"``); its parameters are the program's user inputs,
@@ -53,6 +54,8 @@ def from_exported_program(ep, keep_params_as_input: bool = False, *, decompose: 
     With ``decompose`` the program is first lowered with ``run_decompositions`` to core ATen
     (keeping scaled_dot_product_attention and linear whole). Errors are ``TorchImportError``
     naming the FX node, its target op, the module it came from and what is unsupported.
+    ``dim_names`` (``{"s77": "batch"}``) names dynamic dims whose Dim names the program lost
+    (``load`` passes those ``save`` kept).
 
     >>> ep = torch.export.export(model.eval(), (torch.randn(1, 784),))      # doctest: +SKIP
     >>> mod, params = kiln.frontend.from_exported_program(ep)              # doctest: +SKIP
@@ -67,7 +70,7 @@ def from_exported_program(ep, keep_params_as_input: bool = False, *, decompose: 
             table.pop(_overload(op), None)
         with _quiet_torch():
             ep = ep.run_decompositions(table)
-    return _Importer(ep, keep_params_as_input, name).run()
+    return _Importer(ep, keep_params_as_input, name, dim_names).run()
 
 
 @contextlib.contextmanager
@@ -85,9 +88,9 @@ def _overload(qualified: str):
 
 
 class _Importer:
-    def __init__(self, ep, keep_params_as_input, name):
+    def __init__(self, ep, keep_params_as_input, name, dim_names=None):
         self.ep, self.keep, self.name = ep, keep_params_as_input, name
-        self.symbols = SymbolTable()
+        self.symbols = SymbolTable(dim_names)
         self.env: Dict[str, object] = {}
 
     def run(self):
@@ -336,13 +339,30 @@ def _used_vars(func):
     return used
 
 
+def save(ep, path) -> None:
+    """``torch.export.save(ep, path)`` keeping the ``torch.export.Dim`` names, which torch's own
+    format drops: they go in an extra file of the archive (``symbols.DIM_NAMES_FILE``), which
+    ``load`` and ``kiln compile model.pt2`` read, so a dim exported as ``Dim("batch")`` is still
+    ``batch`` in the compiled model (a plain ``torch.export.save`` gives ``x_dim0``)."""
+    import torch
+    with _quiet_torch():
+        torch.export.save(ep, str(path), extra_files={DIM_NAMES_FILE: json.dumps(dim_names(ep))})
+
+
 def load(path, keep_params_as_input: bool = False):
     """Import a program saved with ``torch.export.save`` (a ``.pt2`` file): ``(IRModule, params)``
-    as ``from_exported_program``."""
+    as ``from_exported_program``, with the Dim names ``save`` kept."""
     import torch
+    extra = {DIM_NAMES_FILE: ""}
     try:
         with _quiet_torch():
-            ep = torch.export.load(str(path))
+            ep = torch.export.load(str(path), extra_files=extra)
     except Exception as e:  # noqa: BLE001 - torch raises many kinds; name the file
         raise TorchImportError(f"{path}: not a torch.export program ({type(e).__name__}: {e})") from None
-    return from_exported_program(ep, keep_params_as_input)
+    try:
+        names = json.loads(extra[DIM_NAMES_FILE] or "{}")
+    except ValueError as e:
+        raise TorchImportError(f"{path}: {DIM_NAMES_FILE} is not JSON ({e})") from None
+    if not isinstance(names, dict) or not all(isinstance(v, str) for v in names.values()):
+        raise TorchImportError(f"{path}: {DIM_NAMES_FILE} is not a map of symbol to Dim name")
+    return from_exported_program(ep, keep_params_as_input, dim_names=names)

@@ -2,8 +2,10 @@
 
 torch.export names a dynamic dim by a sympy symbol (``s77``); the ``torch.export.Dim`` name the
 user gave (``"batch"``) survives only in the fake tensors' shape environment, which is where
-this looks first. A dim without one is named after the input and axis where it first appears
-(``x_dim0``). Size expressions (``2 * s77``, ``s77 // 2``) become PrimExprs over those Vars.
+this looks first. ``torch.export.save`` does not write it, so ``kiln.frontend.torch.save`` adds
+the names as an extra file of the archive (``DIM_NAMES_FILE``) that ``load`` reads back. A dim
+without a name is named after the input and axis where it first appears (``x_dim0``). Size
+expressions (``2 * s77``, ``s77 // 2``) become PrimExprs over those Vars.
 """
 from __future__ import annotations
 
@@ -14,17 +16,36 @@ from ...ir.expr import IntImm, PrimExpr, Var
 from .errors import Unsupported
 
 
-class SymbolTable:
-    """sympy symbol -> Var, and sympy expression -> PrimExpr (or int)."""
+# The archive member in which ``kiln.frontend.torch.save`` keeps the Dims' names.
+DIM_NAMES_FILE = "kiln_dim_names.json"
 
-    def __init__(self):
+
+def dim_names(ep) -> Dict[str, str]:
+    """The ``torch.export.Dim`` names of ``ep``'s dynamic dims, by symbol (``{"s77": "batch"}``):
+    what ``torch.export.save`` drops."""
+    from .program import _shape_env
+    env = _shape_env(ep)
+    out = {}
+    for sym in ep.range_constraints:
+        name = _dim_name(sym, env)
+        if name:
+            out[str(sym)] = name
+    return out
+
+
+class SymbolTable:
+    """sympy symbol -> Var, and sympy expression -> PrimExpr (or int). ``names`` gives Dim names
+    by symbol (read from a saved program) ahead of the shape environment's."""
+
+    def __init__(self, names: Optional[Dict[str, str]] = None):
         self.vars: Dict[object, Var] = {}
         self._names = set()
+        self._given = dict(names or {})
 
     def declare(self, symbol, fallback: str, shape_env=None) -> Var:
         if symbol in self.vars:
             return self.vars[symbol]
-        name = _sanitize(_dim_name(symbol, shape_env) or fallback)
+        name = _sanitize(self._given.get(str(symbol)) or _dim_name(symbol, shape_env) or fallback)
         while name in self._names:
             name += "_"
         self._names.add(name)
