@@ -18,6 +18,7 @@ import numpy as np
 from onnx import numpy_helper
 from onnx.backend.base import Backend, BackendRep
 
+from . import sequence
 from .common import ONNXImportError
 from .importer import from_onnx
 
@@ -32,9 +33,9 @@ def _to_numpy(v):
     return np.asarray(v)
 
 
-def _compile(model, pipeline):
+def _compile(model, pipeline, shape_dict=None):
     import kiln
-    mod, params = from_onnx(model)
+    mod, params = from_onnx(model, shape_dict=shape_dict)
     if params:
         mod = kiln.transform.bind_params("main", params)(mod)
     ex = kiln.compile(kiln.get_pipeline(pipeline)(mod), "llvm")
@@ -63,22 +64,31 @@ class KilnRep(BackendRep):
         self.pipeline = pipeline
         self.names = _input_names(model)
         self.frozen = list(frozen)       # inputs that must be known at compile time
+        self.containers = [i.name for i in model.graph.input if i.name in self.names
+                           and sequence.is_container_type(i)]
+        self.optional_outputs = [o.type.WhichOneof("value") == "optional_type" for o in model.graph.output]
         self._cache = {}
         if vm is not None:
             self._cache[()] = vm
 
     def _vm_for(self, feeds):
+        # Sequence and optional inputs: their lengths and element shapes are compiled in
+        # (sequence.py), so one executable per structure.
+        structure = {n: sequence.input_structure(feeds[n]) for n in self.containers}
         while True:
             key = tuple((n, feeds[n].dtype.str, feeds[n].shape, feeds[n].tobytes()) for n in self.frozen)
+            key += tuple((n, repr(s)) for n, s in sorted(structure.items()))
             if key in self._cache:
                 return self._cache[key]
             try:
-                vm = _compile(_freeze(self.model, {n: feeds[n] for n in self.frozen}), self.pipeline)
+                vm = _compile(_freeze(self.model, {n: feeds[n] for n in self.frozen}), self.pipeline,
+                              structure or None)
             except ONNXImportError as e:
                 if e.needs_constant and e.needs_constant in feeds and e.needs_constant not in self.frozen:
                     self.frozen.append(e.needs_constant)
                     continue
-                more = [n for n in self.names if n not in self.frozen and feeds[n].dtype.kind in "iub"]
+                more = [n for n in self.names if n not in self.frozen and n not in self.containers
+                        and feeds[n].dtype.kind in "iub"]
                 if "must be a constant" in str(e) and more:
                     # the value comes from a computation over inputs: fix the integer inputs
                     self.frozen.extend(more)
@@ -89,17 +99,34 @@ class KilnRep(BackendRep):
 
     def run(self, inputs, **kwargs):
         if isinstance(inputs, dict):
-            feeds = {k: np.asarray(v) for k, v in inputs.items()}
+            feeds = {k: self._feed(k, v) for k, v in inputs.items()}
         else:
             if not isinstance(inputs, (list, tuple)):
                 inputs = [inputs]
-            feeds = {n: np.asarray(v) for n, v in zip(self.names, inputs)}
+            feeds = {n: self._feed(n, v) for n, v in zip(self.names, inputs)}
         vm = self._vm_for(feeds)
-        args = [np.require(feeds[n], requirements="C") for n in self.names if n not in self.frozen]
+        args = []
+        for n in self.names:
+            if n in self.containers:
+                args.extend(np.require(a, requirements="C") for a in sequence.flatten_value(feeds[n]))
+            elif n not in self.frozen:
+                args.append(np.require(feeds[n], requirements="C"))
         out = vm["main"](*args)
-        if isinstance(out, (list, tuple)):
-            return tuple(_to_numpy(o) for o in out)
-        return (_to_numpy(out),)
+        if len(self.optional_outputs) == 1:
+            out = (out,)
+        return tuple(self._output(o, opt) for o, opt in zip(out, self.optional_outputs))
+
+    def _feed(self, name, v):
+        # a sequence input is a list of arrays (of any shapes), an empty optional None
+        if name in self.containers:
+            return None if v is None else [np.asarray(a) for a in v] if isinstance(v, list) else np.asarray(v)
+        return np.asarray(v)
+
+    @staticmethod
+    def _output(o, optional):
+        if isinstance(o, (list, tuple)):  # a sequence output (sequence.py): a list of arrays
+            return None if optional and not o else [_to_numpy(x) for x in o]
+        return _to_numpy(o)
 
 
 class KilnBackend(Backend):
@@ -110,6 +137,8 @@ class KilnBackend(Backend):
         try:
             vm = _compile(model, pipeline)
         except ONNXImportError as e:
+            if getattr(e, "needs_structure", None):
+                return KilnRep(model, pipeline)  # a sequence input: compiled for its length at run time
             if e.needs_constant and e.needs_constant in _input_names(model):
                 return KilnRep(model, pipeline, frozen=[e.needs_constant])
             if "must be a constant" in str(e):

@@ -23,6 +23,11 @@ from ...transform.graph_util import use_counts
 from .common import Ctx, ONNXImportError, Unsupported, converter, fmt_shape
 
 
+def is_container(e) -> bool:
+    from .sequence import is_container as is_seq_or_opt
+    return is_seq_or_opt(e)
+
+
 class _ScopedEnv(dict):
     """A subgraph's names: its own, then (read-only) the enclosing graph's."""
 
@@ -47,7 +52,14 @@ class _CaptureEnv(_ScopedEnv):
         self.captures: Dict[int, Tuple[GraphVar, GraphExpr]] = {}  # id(outer expr) -> (param, outer)
 
     def __missing__(self, name):
-        e = self.parent[name]
+        return self._capture(name, self.parent[name])
+
+    def _capture(self, name, e):
+        from .sequence import OptValue, SeqValue
+        if isinstance(e, SeqValue):  # a sequence: each element captured on its own
+            return SeqValue([self._capture(f"{name}_{i}", x) for i, x in enumerate(e.items)], e.dtype)
+        if isinstance(e, OptValue):
+            return OptValue(None if e.value is None else self._capture(name, e.value))
         if isinstance(e, Constant):
             return e
         if id(e) not in self.captures:
@@ -93,7 +105,7 @@ def if_(ctx, node, ins, attrs):
     return _runtime_if(ctx, node, cond, branches)
 
 
-def _branch(ctx: Ctx, g, what: str):
+def _branch(ctx: Ctx, g, what: str, cond):
     """Import subgraph ``g`` as a private function; returns (function, outputs, env) where the
     function's parameters are every outer value the branch captured, in capture order."""
     fb = FunctionBuilder((), attrs={"private": True})
@@ -112,6 +124,12 @@ def _branch(ctx: Ctx, g, what: str):
                 f"the condition depends on with from_onnx(..., const_inputs={{name: value}}))",
                 needs_constant=e.needs_constant) from None
         for e in outs:
+            if is_container(e):
+                from .loop import _input_behind
+                raise Unsupported(f"{what} gives a sequence or optional, which Kiln resolves at import "
+                                  "time: the condition must be a constant (fix the graph input it "
+                                  "depends on with from_onnx(..., const_inputs={name: value}))",
+                                  needs_constant=_input_behind(ctx, cond))
             if ctx.is_symbolic(e):
                 raise Unsupported(f"{what} output is a shape value computed at import time; it "
                                   "cannot cross a run-time If")
@@ -138,8 +156,8 @@ def _same_types(node, then_outs, else_outs):
 def _runtime_if(ctx: Ctx, node, cond, branches):
     if len(branches[0].output) != len(branches[1].output):
         raise Unsupported("the branches have different numbers of outputs")
-    then_f, then_outs, then_env = _branch(ctx, branches[0], "then branch")
-    else_f, else_outs, else_env = _branch(ctx, branches[1], "else branch")
+    then_f, then_outs, then_env = _branch(ctx, branches[0], "then branch", cond)
+    else_f, else_outs, else_env = _branch(ctx, branches[1], "else branch", cond)
     _same_types(node, then_outs, else_outs)
     # Both branches take the same arguments: every outer value either of them uses at run time
     # (a capture used only to fold shapes at import time is not passed).

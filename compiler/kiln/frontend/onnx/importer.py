@@ -11,6 +11,7 @@ from ...ir.function import IRModule
 from ...ir.graph import Constant, GraphExpr, GraphVar, TensorType, Tuple as GraphTuple
 from ...ir.graph_builder import FunctionBuilder
 from ...ops.registry import OpError
+from . import sequence
 from .common import Ctx, ONNXImportError, Unsupported, kiln_dtype, lookup
 
 MIN_OPSET = 11
@@ -79,11 +80,18 @@ def from_onnx(model, shape_dict: Optional[Dict[str, tuple]] = None, name: str = 
     env: Dict[str, GraphExpr] = {}
     known: Dict[GraphVar, np.ndarray] = {}
     inputs = []
+    container_inputs = set()  # graph inputs of sequence or optional type
     for vi in graph.input:
         if vi.name in inits:
             continue
         if vi.name in const_inputs:
             env[vi.name] = _const_input(vi, const_inputs[vi.name])
+            continue
+        if sequence.is_container_type(vi):  # one parameter per element (sequence.py)
+            env[vi.name], params = sequence.graph_input(vi, shape_dict.get(vi.name), vi.name in shape_dict,
+                                                        symbols)
+            inputs.extend(params)
+            container_inputs.add(vi.name)
             continue
         tt = vi.type.tensor_type
         try:
@@ -115,7 +123,7 @@ def from_onnx(model, shape_dict: Optional[Dict[str, tuple]] = None, name: str = 
     if unknown:
         raise ONNXImportError(f"const_inputs names {sorted(unknown)}, which are not graph inputs; "
                               f"the inputs are {[vi.name for vi in graph.input if vi.name not in inits]}")
-    extra = set(shape_dict) - {v.name for v in inputs}
+    extra = set(shape_dict) - {v.name for v in inputs} - container_inputs
     if extra:
         raise ONNXImportError(f"shape_dict names {sorted(extra)}, which are not graph inputs; "
                               f"the inputs are {[v.name for v in inputs]}")
@@ -146,6 +154,12 @@ def from_onnx(model, shape_dict: Optional[Dict[str, tuple]] = None, name: str = 
                 raise ONNXImportError(f"graph output {vo.name!r} is produced by no node, input or "
                                       "initializer")
             e = env[vo.name]
+            if sequence.is_container(e):  # a tuple of the elements (sequence.py)
+                from .materialize import materialize  # an element that is a shape: computed at run time
+                e = sequence.output_expr(e, lambda x: materialize(ctx, x) if ctx.is_symbolic(x) else x)
+                ctx.used.update(x for x in getattr(e, "fields", (e,)) if isinstance(x, GraphVar) and x in known)
+                outs.append(e)
+                continue
             if ctx.is_symbolic(e):
                 from .materialize import materialize  # a shape returned: computed at run time
                 e = materialize(ctx, e)

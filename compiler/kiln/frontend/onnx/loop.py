@@ -1,0 +1,175 @@
+"""ONNX ``Loop`` and ``Scan``, unrolled at import time.
+
+Kiln compiles ahead of time for fixed shapes, and a loop's scan outputs have as many rows as
+the loop runs iterations, so the number of iterations must be known when the model is
+compiled: ``Loop``'s trip count and condition must fold to constants (an initializer, a
+``Constant``, a shape computation, or a graph input fixed with
+``from_onnx(..., const_inputs=...)``), and so must the condition each iteration computes;
+``Scan`` iterates over an axis of its scan inputs, whose length the shapes fix. The body graph
+is then imported once per iteration into the enclosing function (its nodes inlined, as a
+constant-condition ``If`` is), loop-carried values threaded from one copy to the next and scan
+outputs stacked. A condition or trip count only known at run time is an error that names the
+graph input to fix (``needs_constant``), so that the ONNX backend specialises on it.
+"""
+from __future__ import annotations
+
+from typing import List, Optional
+
+import numpy as np
+
+from ...ir.graph import Constant, GraphExpr, GraphVar
+from .common import Ctx, Unsupported, converter, ndim, norm_axis
+from .control_flow import _ScopedEnv, _convert_graph
+
+# An unrolled loop past this many iterations is refused: each iteration is a copy of the body.
+MAX_UNROLL = 4096
+
+
+def _input_behind(ctx: Ctx, e: GraphExpr) -> Optional[str]:
+    """The name of a graph input that ``e`` is computed from (the first one found walking back
+    through the bindings emitted so far), or None: the value to fix when ``e`` must be known."""
+    inputs = {v for v in getattr(ctx, "inputs", ())}
+    if isinstance(e, GraphVar) and e in inputs:
+        return e.name
+    producers = {}
+    for b in ctx.fb._current or ():  # the dataflow block being built
+        producers[b.var] = b.value
+    seen, todo = set(), [e]
+    from ...ir.graph import Call, Tuple as GraphTuple, TupleGetItem
+    while todo:
+        x = todo.pop()
+        if id(x) in seen:
+            continue
+        seen.add(id(x))
+        if isinstance(x, GraphVar):
+            if x in inputs:
+                return x.name
+            if x in producers:
+                todo.append(producers[x])
+        elif isinstance(x, Call):
+            todo.extend(a for a in x.args if isinstance(a, (GraphVar, Call, GraphTuple, TupleGetItem)))
+        elif isinstance(x, GraphTuple):
+            todo.extend(x.fields)
+        elif isinstance(x, TupleGetItem):
+            todo.append(x.tuple_value)
+    return None
+
+
+def _need(ctx: Ctx, e: GraphExpr, what: str) -> np.ndarray:
+    """The value of ``e`` at import time, or an Unsupported naming the graph input behind it."""
+    v = ctx.value(e)
+    if v is None:
+        raise Unsupported(f"{what} must be a constant: Kiln unrolls the loop at compile time, so the "
+                          f"number of iterations must be known then (fix the graph input it depends "
+                          f"on with from_onnx(..., const_inputs={{name: value}}))",
+                          needs_constant=_input_behind(ctx, e))
+    return v
+
+
+def run_body(ctx: Ctx, g, values: List[object]) -> List[object]:
+    """Import body graph ``g`` once, inline, with its inputs bound to ``values``; returns its
+    outputs (graph expressions, or sequence/optional values)."""
+    env = _ScopedEnv(ctx.env)
+    for vi, v in zip(g.input, values):
+        env[vi.name] = v
+    return _convert_graph(ctx, g, env)
+
+
+def _stack(ctx: Ctx, rows: List[GraphExpr], axis: int) -> GraphExpr:
+    """``rows`` (each of rank r) stacked along a new axis ``axis`` of the result (rank r + 1)."""
+    axis = norm_axis(axis, ndim(rows[0]) + 1)
+    parts = [ctx.op("expand_dims", r, axis=(axis,)) for r in rows]
+    return parts[0] if len(parts) == 1 else ctx.op("concat", *parts, axis=axis)
+
+
+def _is_tensor(e) -> bool:
+    return isinstance(e, (GraphVar, Constant)) or hasattr(e, "ty")
+
+
+@converter("Loop", since=11)
+def loop(ctx, node, ins, attrs):
+    body = attrs["body"]
+    m_in = ins[0] if ins else None
+    c_in = ins[1] if len(ins) > 1 else None
+    carried = list(ins[2:])
+    n_carried = len(carried)
+    n_scan = len(body.output) - 1 - n_carried
+    if n_scan < 0:
+        raise Unsupported(f"the body has {len(body.output)} outputs, fewer than 1 + {n_carried} "
+                          "loop-carried values")
+    trip = None if m_in is None else int(_need(ctx, m_in, "the trip count M").reshape(-1)[0])
+    cond = True if c_in is None else bool(_need(ctx, c_in, "the condition").reshape(-1)[0])
+    if trip is None and c_in is None:
+        raise Unsupported("neither a trip count nor a condition: the loop never ends")
+    limit = MAX_UNROLL if trip is None else trip
+    if limit > MAX_UNROLL:
+        raise Unsupported(f"trip count {trip} is past the {MAX_UNROLL} iterations Kiln unrolls")
+    scans: List[List[object]] = [[] for _ in range(n_scan)]
+    i = 0
+    while cond and i < limit:
+        cond_e = Constant(np.asarray(cond))
+        outs = run_body(ctx, body, [Constant(np.asarray(i, np.int64)), cond_e] + carried)
+        cond = bool(_need(ctx, outs[0], f"the condition computed by iteration {i}").reshape(-1)[0])
+        carried = list(outs[1:1 + n_carried])
+        for k in range(n_scan):
+            scans[k].append(outs[1 + n_carried + k])
+        i += 1
+    if cond and trip is None:
+        raise Unsupported(f"the condition is still true after {MAX_UNROLL} iterations (the most Kiln "
+                          "unrolls)")
+    stacked = []
+    for k, rows in enumerate(scans):
+        if not rows:
+            raise Unsupported(f"the loop runs no iteration, so scan output {k} is empty; Kiln "
+                              "cannot type an empty scan output")
+        if not all(_is_tensor(r) for r in rows):
+            raise Unsupported(f"scan output {k} is not a tensor")
+        stacked.append(_stack(ctx, rows, 0))
+    return carried + stacked
+
+
+def _scan_slices(ctx: Ctx, x: GraphExpr, axis: int, reverse: bool, what: str) -> List[GraphExpr]:
+    """The slices of ``x`` along ``axis`` (that axis dropped), in iteration order."""
+    d = x.ty.shape[axis]
+    if not hasattr(d, "value"):
+        raise Unsupported(f"{what} has a symbolic length on its scan axis {axis}; Kiln unrolls "
+                          "Scan and needs it static")
+    n = int(d.value)
+    if n == 0:
+        raise Unsupported(f"{what} is empty along its scan axis")
+    parts = [x] if n == 1 else list(ctx.op("split", x, indices_or_sections=n, axis=axis))
+    rows = [ctx.op("squeeze", p, axis=(axis,)) for p in parts]
+    return rows[::-1] if reverse else rows
+
+
+@converter("Scan", since=9)
+def scan(ctx, node, ins, attrs):
+    body = attrs["body"]
+    m = attrs["num_scan_inputs"]
+    states, xs = list(ins[:len(ins) - m]), list(ins[len(ins) - m:])
+    n_state = len(states)
+    k_out = len(body.output) - n_state
+    in_axes = list(attrs.get("scan_input_axes") or [0] * m)
+    in_dirs = list(attrs.get("scan_input_directions") or [0] * m)
+    out_axes = list(attrs.get("scan_output_axes") or [0] * k_out)
+    out_dirs = list(attrs.get("scan_output_directions") or [0] * k_out)
+    rows = [_scan_slices(ctx, x, norm_axis(a, ndim(x)), bool(r), f"scan input {j}")
+            for j, (x, a, r) in enumerate(zip(xs, in_axes, in_dirs))]
+    lengths = {len(r) for r in rows}
+    if len(lengths) != 1:
+        raise Unsupported(f"the scan inputs have different lengths {sorted(lengths)} on their scan axes")
+    steps = lengths.pop()
+    if steps > MAX_UNROLL:
+        raise Unsupported(f"{steps} iterations is past the {MAX_UNROLL} Kiln unrolls")
+    outs_k: List[List[GraphExpr]] = [[] for _ in range(k_out)]
+    for t in range(steps):
+        outs = run_body(ctx, body, states + [r[t] for r in rows])
+        states = list(outs[:n_state])
+        for k in range(k_out):
+            outs_k[k].append(outs[n_state + k])
+    stacked = []
+    for k, got in enumerate(outs_k):
+        if out_dirs[k]:
+            got = got[::-1]  # a reverse scan output: the last iteration's row comes first
+        stacked.append(_stack(ctx, got, out_axes[k]))
+    return states + stacked
