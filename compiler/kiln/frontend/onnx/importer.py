@@ -12,7 +12,7 @@ from ...ir.graph import Constant, GraphExpr, GraphVar, TensorType, Tuple as Grap
 from ...ir.graph_builder import FunctionBuilder
 from ...ops.registry import OpError
 from . import sequence
-from .common import Ctx, ONNXImportError, Unsupported, kiln_dtype, lookup
+from .common import Ctx, ONNXImportError, Unsupported, kiln_dtype, lookup, supported_ops
 
 MIN_OPSET = 11
 _log = logging.getLogger("kiln.frontend.onnx")
@@ -66,13 +66,15 @@ def from_onnx(model, shape_dict: Optional[Dict[str, tuple]] = None, name: str = 
             raise ONNXImportError(f"cannot parse {where} as an ONNX model (ModelProto): {e}") from e
     shape_dict = dict(shape_dict or {})
     const_inputs = {k: np.asarray(v) for k, v in (const_inputs or {}).items()}
-    opset = None
-    for imp in model.opset_import:
-        if imp.domain in ("", "ai.onnx"):
-            opset = imp.version
+    domains = {("" if imp.domain == "ai.onnx" else imp.domain): imp.version for imp in model.opset_import}
+    opset = domains.get("")
     if opset is None:
-        raise ONNXImportError("the model imports no default-domain (ai.onnx) opset")
-    if opset < MIN_OPSET:
+        if any(n.domain in ("", "ai.onnx") for n in model.graph.node):
+            raise ONNXImportError("the model imports no default-domain (ai.onnx) opset")
+        # only other domains' nodes (ai.onnx.ml, ai.onnx.preview.training): the default opset
+        # governs nothing here but the converters' shared helpers, which take the oldest one
+        opset = MIN_OPSET
+    elif opset < MIN_OPSET:
         model, opset = _upgrade(model, opset), MIN_OPSET
     graph = model.graph
     inits = {t.name: t for t in graph.initializer}
@@ -144,6 +146,7 @@ def from_onnx(model, shape_dict: Optional[Dict[str, tuple]] = None, name: str = 
     ctx = Ctx(fb, known, opset)
     # What control_flow.py needs: the names in scope, and where If branches go.
     ctx.env, ctx.functions, ctx.func_name = env, {}, name
+    ctx.domains = domains  # the opset version of each domain the model imports
     ctx.inputs = list(inputs)  # witnesses of symbolic dims for run-time shape values
     outs = []
     with fb.dataflow():
@@ -227,8 +230,14 @@ def _convert_node(ctx: Ctx, node, idx: int, env, opset: int):
     op_type = node.op_type
     label = f"node {node.name or f'#{idx}'!r} ({op_type}, opset {opset})"
     if node.domain not in ("", "ai.onnx"):
-        raise ONNXImportError(f"{label}: domain {node.domain!r} is not supported")
-    fn = lookup(op_type, opset)
+        # another domain's converters are registered as "domain:Op" (e.g. "ai.onnx.ml:Binarizer")
+        version = getattr(ctx, "domains", {}).get(node.domain)
+        label = f"node {node.name or f'#{idx}'!r} ({node.domain}:{op_type}, version {version})"
+        if not any(op.startswith(node.domain + ":") for op in supported_ops()):
+            raise ONNXImportError(f"{label}: domain {node.domain!r} is not supported")
+        fn = lookup(f"{node.domain}:{op_type}", version) if version is not None else None
+    else:
+        fn = lookup(op_type, opset)
     if fn is None:
         raise ONNXImportError(f"{label}: operator {op_type} is not supported")
     ins = []

@@ -1,0 +1,176 @@
+"""ONNX Loop and Scan (unrolled at import time) and the sequence/optional operators (import-time
+values), checked against onnxruntime; a torch-scripted loop exported to ONNX among them."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+from onnx import TensorProto as TP, helper as h, numpy_helper as nh  # noqa: E402
+
+import kiln  # noqa: E402
+from kiln.frontend.onnx import ONNXImportError, from_onnx  # noqa: E402
+
+F, I64, B = TP.FLOAT, TP.INT64, TP.BOOL
+RNG = np.random.default_rng(0)
+
+
+def _model(nodes, inputs, outputs, opset=17, inits=()):
+    g = h.make_graph(nodes, "main", inputs, outputs, [nh.from_array(np.asarray(a), n) for n, a in inits])
+    m = h.make_model(g, opset_imports=[h.make_opsetid("", opset)])
+    m.ir_version = 10
+    return m
+
+
+def _run_kiln(model, feeds, **import_kw):
+    mod, params = from_onnx(model, **import_kw)
+    if params:
+        mod = kiln.transform.bind_params("main", params)(mod)
+    vm = kiln.VirtualMachine(kiln.compile(kiln.get_pipeline("default")(mod), "llvm"), kiln.cpu())
+    out = vm["main"](*feeds)
+    return [np.asarray(o.numpy() if hasattr(o, "numpy") else o)
+            for o in (out if isinstance(out, (list, tuple)) else [out])]
+
+
+def _run_ort(model, feeds: dict):
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return sess.run(None, feeds)
+
+
+def test_torch_scripted_loop_matches_onnxruntime():
+    """A real exporter's Loop: torch.jit.script of a Python for-loop over a tensor trip count,
+    exported by the TorchScript ONNX exporter, compiled for two trip counts."""
+    torch = pytest.importorskip("torch")
+
+    class Recurrent(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(8, 8)
+
+        def forward(self, x, n: torch.Tensor):
+            h_ = x
+            for _ in range(int(n)):
+                h_ = torch.tanh(self.lin(h_)) + x
+            return h_
+
+    import io
+    import warnings
+    torch.manual_seed(0)
+    x = torch.randn(2, 8)
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(torch.jit.script(Recurrent()), (x, torch.tensor(3)), buf, dynamo=False,
+                          input_names=["x", "n"], output_names=["y"], opset_version=17)
+    model = onnx.load_from_string(buf.getvalue())
+    assert [n.op_type for n in model.graph.node if n.op_type == "Loop"] == ["Loop"]
+    xs = x.numpy()
+    for trips in (2, 5):
+        (want,) = _run_ort(model, {"x": xs, "n": np.asarray(trips, np.int64)})
+        (got,) = _run_kiln(model, [xs], const_inputs={"n": np.asarray(trips, np.int64)})
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    # without the trip count the error names the input to fix
+    with pytest.raises(ONNXImportError, match="trip count M must be a constant") as ei:
+        from_onnx(model)
+    assert ei.value.needs_constant == "n"
+
+
+def test_scan_axes_and_directions():
+    """Two states, a scan input read backwards along axis 1, a scan output stacked in reverse
+    along axis 1 and one forwards along axis 0."""
+    body = h.make_graph(
+        [h.make_node("Add", ["s_in", "xt"], ["s_out"]), h.make_node("Mul", ["p_in", "xt"], ["p_out"]),
+         h.make_node("Identity", ["s_out"], ["o1"]), h.make_node("Sub", ["p_out", "s_out"], ["o2"])],
+        "body", [h.make_tensor_value_info(n, F, [3]) for n in ("s_in", "p_in", "xt")],
+        [h.make_tensor_value_info(n, F, [3]) for n in ("s_out", "p_out", "o1", "o2")])
+    scan = h.make_node("Scan", ["s0", "p0", "x"], ["s", "p", "ys", "zs"], body=body, num_scan_inputs=1,
+                       scan_input_axes=[1], scan_input_directions=[1], scan_output_axes=[1, 0],
+                       scan_output_directions=[1, 0])
+    model = _model([scan], [h.make_tensor_value_info("s0", F, [3]), h.make_tensor_value_info("p0", F, [3]),
+                            h.make_tensor_value_info("x", F, [3, 4])],
+                   [h.make_tensor_value_info(n, F, None) for n in ("s", "p", "ys", "zs")])
+    s0, p0 = RNG.standard_normal(3).astype(np.float32), RNG.standard_normal(3).astype(np.float32)
+    x = RNG.standard_normal((3, 4)).astype(np.float32)
+    want = _run_ort(model, {"s0": s0, "p0": p0, "x": x})
+    got = _run_kiln(model, [s0, p0, x])
+    assert [g.shape for g in got] == [(3,), (3,), (3, 4), (4, 3)]
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+def test_loop_with_scan_output_and_early_exit():
+    """A while loop whose condition folds at import time: it stops after 3 of at most 10
+    iterations; the carried value and the stacked scan output match onnxruntime."""
+    body = h.make_graph(
+        [h.make_node("Add", ["y_in", "x"], ["y_out"]),
+         h.make_node("Less", ["i", "two"], ["c_out"]),
+         h.make_node("Identity", ["y_out"], ["scan"])],
+        "body", [h.make_tensor_value_info("i", I64, []), h.make_tensor_value_info("c", B, []),
+                 h.make_tensor_value_info("y_in", F, [2])],
+        [h.make_tensor_value_info("c_out", B, []), h.make_tensor_value_info("y_out", F, [2]),
+         h.make_tensor_value_info("scan", F, [2])])
+    model = _model([h.make_node("Loop", ["M", "c0", "y0"], ["y", "ys"], body=body)],
+                   [h.make_tensor_value_info("y0", F, [2]), h.make_tensor_value_info("x", F, [2])],
+                   [h.make_tensor_value_info("y", F, None), h.make_tensor_value_info("ys", F, None)],
+                   inits=[("M", np.int64(10)), ("c0", np.bool_(True)), ("two", np.int64(2))])
+    y0, x = np.float32([1, 2]), np.float32([0.5, -1])
+    want = _run_ort(model, {"y0": y0, "x": x})
+    got = _run_kiln(model, [y0, x])
+    assert got[1].shape == (3, 2)
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(g, w, rtol=1e-6)
+
+
+def test_loop_condition_known_only_at_run_time_is_refused():
+    body = h.make_graph([h.make_node("Identity", ["c"], ["c_out"]), h.make_node("Neg", ["y_in"], ["y_out"])],
+                        "body", [h.make_tensor_value_info("i", I64, []), h.make_tensor_value_info("c", B, []),
+                                 h.make_tensor_value_info("y_in", F, [2])],
+                        [h.make_tensor_value_info("c_out", B, []), h.make_tensor_value_info("y_out", F, [2])])
+    model = _model([h.make_node("ReduceSum", ["x"], ["s"], keepdims=0), h.make_node("Greater", ["s", "zero"], ["c0"]),
+                    h.make_node("Loop", ["M", "c0", "x"], ["y"], body=body)],
+                   [h.make_tensor_value_info("x", F, [2])], [h.make_tensor_value_info("y", F, None)],
+                   inits=[("M", np.int64(3)), ("zero", np.float32(0))])
+    with pytest.raises(ONNXImportError, match="the condition must be a constant") as ei:
+        from_onnx(model)
+    assert ei.value.needs_constant == "x"
+
+
+def test_sequence_ops_match_onnxruntime():
+    nodes = [
+        h.make_node("SplitToSequence", ["x"], ["seq"], axis=0, keepdims=0),    # 3 rows of (4,)
+        h.make_node("SequenceInsert", ["seq", "y", "one"], ["seq2"]),          # 4 elements, y second
+        h.make_node("SequenceErase", ["seq2", "minus1"], ["seq3"]),            # the last one gone
+        h.make_node("SequenceLength", ["seq3"], ["n"]),
+        h.make_node("SequenceAt", ["seq3", "one"], ["at"]),
+        h.make_node("ConcatFromSequence", ["seq3"], ["stacked"], axis=-1, new_axis=1),
+        h.make_node("ConcatFromSequence", ["seq3"], ["flat"], axis=0),
+        h.make_node("SequenceConstruct", ["y", "at"], ["pair"]),
+        h.make_node("ConcatFromSequence", ["pair"], ["pair_cat"], axis=0, new_axis=1),
+    ]
+    model = _model(nodes, [h.make_tensor_value_info("x", F, [3, 4]), h.make_tensor_value_info("y", F, [4])],
+                   [h.make_tensor_value_info(n, t, None) for n, t in
+                    (("n", I64), ("at", F), ("stacked", F), ("flat", F), ("pair_cat", F))],
+                   inits=[("one", np.int64(1)), ("minus1", np.int64(-1))])
+    x, y = RNG.standard_normal((3, 4)).astype(np.float32), RNG.standard_normal(4).astype(np.float32)
+    want = _run_ort(model, {"x": x, "y": y})
+    got = _run_kiln(model, [x, y])
+    assert [g.shape for g in got] == [w.shape for w in want] == [(), (4,), (4, 3), (12,), (2, 4)]
+    for g, w in zip(got, want):
+        np.testing.assert_array_equal(g, w)
+
+
+def test_sequence_input_and_output():
+    """A sequence graph input is one parameter per element, its length fixed by shape_dict; a
+    sequence output is a tuple of its elements."""
+    seq_t = h.make_sequence_type_proto(h.make_tensor_type_proto(F, None))
+    model = _model([h.make_node("SequenceInsert", ["s", "t"], ["out"])],
+                   [h.make_value_info("s", seq_t), h.make_tensor_value_info("t", F, [2])],
+                   [h.make_value_info("out", seq_t)])
+    with pytest.raises(ONNXImportError, match=r"shape_dict=\{'s': \[shape0, shape1, \.\.\.\]\}"):
+        from_onnx(model)
+    a, b, t = np.float32([1, 2, 3]), np.float32([[4]]), np.float32([5, 6])
+    got = _run_kiln(model, [a, b, t], shape_dict={"s": [(3,), (1, 1)]})
+    assert len(got) == 3
+    for g, w in zip(got, [a, b, t]):
+        np.testing.assert_array_equal(g, w)
