@@ -20,7 +20,10 @@ import cffi
 ROOT = os.path.dirname(os.path.abspath(__file__))
 INCLUDE = os.path.join(ROOT, "include")
 SRC = os.path.join(ROOT, "src")
-HEADERS = ["dlpack.h", "kiln_kernel_abi.h", "kiln_runtime.h"]
+HEADERS = ["dlpack.h", "kiln_kernel_abi.h", "kiln_runtime.h", "kiln_cuda.h"]
+# The optional CUDA device (dlopens the driver only when a device is opened); the Python binding
+# links it in, the shared runtime does not (runtime_c/Makefile builds it as libkiln_cuda.so).
+CUDA_SOURCES = [os.path.join(ROOT, "cuda", "kiln_cuda.c")]
 PACKAGE_DIR = os.path.join(os.path.dirname(ROOT), "compiler", "kiln")
 BUILD_ROOT = os.path.join(ROOT, "build")
 
@@ -40,6 +43,7 @@ extern "Python" void kiln_py_callback_delete(void* ctx);
 
 GLUE_SOURCE = r"""
 #include "kiln_runtime.h"
+#include "kiln_cuda.h"
 
 /* Static, so a capsule's name outlives any Python object. Index: versioned, used. */
 static const char* const kiln_py_names[2][2] = {
@@ -119,7 +123,7 @@ def make_ffibuilder():
     cdef = "\n".join(header_cdef(open(os.path.join(INCLUDE, h)).read()) for h in HEADERS)
     ffibuilder = cffi.FFI()
     ffibuilder.cdef(cdef + GLUE_CDEF)
-    sources = sorted(os.path.join(SRC, f) for f in os.listdir(SRC) if f.endswith(".c"))
+    sources = sorted(os.path.join(SRC, f) for f in os.listdir(SRC) if f.endswith(".c")) + CUDA_SOURCES
     ffibuilder.set_source(
         "kiln._ffi",
         GLUE_SOURCE,

@@ -27,11 +27,17 @@ def build(mod, target="llvm", options=None):
     used) for ``target`` into a cached shared library, and load it with
     ``kiln.runtime.load_module``; returns the runtime Module (callable; ``rt["name"]`` gives
     one function). ``options`` is a ``kiln.codegen.BuildOptions`` (cache directory, C compiler).
+    ``target="cuda"`` (or ``"cuda -arch=sm_80"``) compiles thread-bound programs to PTX and
+    returns a ``kiln.runtime.cuda_device.CudaRuntimeModule`` that runs them on ``kiln.cuda(n)``.
     Only targets this machine can run are accepted; for others use
     ``kiln.codegen.compile_module(kiln.driver.lower(mod), target).save_object(path)``.
     """
     from . import codegen
+    from .codegen.cuda import compile_cuda, is_cuda_target
     from .codegen.emit import as_module
     from .runtime import load_module
+    if is_cuda_target(target):   # kernels for kiln.cuda(n): PTX, launched by kiln.runtime.cuda_device
+        from .runtime.cuda_device import CudaRuntimeModule
+        return CudaRuntimeModule(compile_cuda(as_module(mod), target))
     path = codegen.build_library(as_module(mod), target, options, lower=True)  # lowers each kernel
     return load_module(path)

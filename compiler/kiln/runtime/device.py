@@ -44,6 +44,8 @@ def cpu(device_id=0):
 
 
 def cuda(device_id=0):
-    """An NVIDIA GPU, ``kiln.cuda(0)``. The device can be named, but Kiln does not generate GPU
-    code yet: building for target "cuda" raises an error that says so."""
+    """An NVIDIA GPU, ``kiln.cuda(0)``: arrays made on it (``kiln.nd.array(x, kiln.cuda(0))``)
+    live in GPU memory, and ``kiln.build(mod, target="cuda")`` runs on it. Naming the device
+    needs no GPU; the driver is opened when the first array is made, and without one that
+    raises KilnError "no CUDA driver: libcuda.so.1 not found (...)" (see docs/cuda.md)."""
     return Device(lib.kDLCUDA, device_id)

@@ -65,6 +65,9 @@ class NDArray:
         this array's memory (it keeps the memory alive)."""
         import numpy as np
 
+        if self._dl.device.device_type == lib.kDLCUDA:   # GPU memory: always a copy
+            from .cuda_device import to_numpy
+            return to_numpy(self)
         view = np.from_dlpack(self)
         return view.copy() if copy else view
 
@@ -90,7 +93,8 @@ class NDArray:
         """A DLPack capsule sharing this array's memory: "dltensor_versioned" (DLPack 1.x) when
         the consumer accepts max_version >= (1, 0), else the legacy "dltensor". copy=True
         exports a copy."""
-        if stream is not None and stream != -1:
+        # A CUDA array's kernels have finished when a Kiln call returns: any stream may read it.
+        if stream is not None and stream != -1 and self._readable():
             raise BufferError("__dlpack__: stream must be None for CPU arrays")
         if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
             raise BufferError(f"__dlpack__: cannot export to device {tuple(dl_device)}")
@@ -125,7 +129,9 @@ class NDArray:
         return self.device.device_type == lib.kDLCPU
 
     def __str__(self):
-        """The values as numpy prints them: ``[0. 1. 2.]``."""
+        """The values as numpy prints them: ``[0. 1. 2.]`` (a GPU array's are copied back)."""
+        if self._dl.device.device_type == lib.kDLCUDA:
+            return str(self.numpy())
         return str(self.numpy(copy=False)) if self._readable() else repr(self)
 
     def __repr__(self):
@@ -148,6 +154,9 @@ def empty(shape, dtype="float32", device=None):
     shape = (shape,) if isinstance(shape, int) else tuple(shape)
     code, bits, lanes = parse_dtype(dtype)
     device = device or cpu()
+    if device.device_type == lib.kDLCUDA:
+        from . import cuda_device as cuda
+        return cuda.empty(shape, dtype, device)
     out = ffi.new("kiln_tensor_t**")
     check(lib.kiln_tensor_create(shape, len(shape), (code, bits, lanes),
                                  (device.device_type, device.device_id), out))
@@ -158,6 +167,11 @@ def array(obj, dtype=None, device=None):
     """A new runtime array holding a copy of `obj` (anything numpy.asarray accepts)."""
     import numpy as np
 
+    if isinstance(dtype, Device):   # kiln.nd.array(x, kiln.cuda(0)), as in TVM's tutorials
+        dtype, device = None, dtype
+    if device is not None and device.device_type == lib.kDLCUDA:
+        from . import cuda_device as cuda
+        return cuda.array(obj, dtype, device)
     source = np.asarray(obj, dtype=dtype)
     if not source.dtype.isnative:
         source = source.astype(source.dtype.newbyteorder("="))
