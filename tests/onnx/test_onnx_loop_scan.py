@@ -73,7 +73,7 @@ def test_torch_scripted_loop_matches_onnxruntime():
     # without the trip count the error names the input to fix
     with pytest.raises(ONNXImportError, match="trip count M must be a constant") as ei:
         from_onnx(model)
-    assert ei.value.needs_constant == "n"
+    assert ei.value.needs_constant == "n" and "--const-input n=VALUE" in str(ei.value)
 
 
 def test_scan_axes_and_directions():

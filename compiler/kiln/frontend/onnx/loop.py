@@ -59,10 +59,12 @@ def _need(ctx: Ctx, e: GraphExpr, what: str) -> np.ndarray:
     """The value of ``e`` at import time, or an Unsupported naming the graph input behind it."""
     v = ctx.value(e)
     if v is None:
+        name = _input_behind(ctx, e)
+        fix = (f"fix graph input {name!r} with from_onnx(..., const_inputs={{{name!r}: value}}) or "
+               f"kiln compile --const-input {name}=VALUE" if name else
+               "fix the graph input it depends on with from_onnx(..., const_inputs={name: value})")
         raise Unsupported(f"{what} must be a constant: Kiln unrolls the loop at compile time, so the "
-                          f"number of iterations must be known then (fix the graph input it depends "
-                          f"on with from_onnx(..., const_inputs={{name: value}}))",
-                          needs_constant=_input_behind(ctx, e))
+                          f"number of iterations must be known then ({fix})", needs_constant=name)
     return v
 
 
