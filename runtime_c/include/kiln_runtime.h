@@ -461,12 +461,15 @@ KILN_API kiln_status_t kiln_vm_set_thread_pool(kiln_module_t* vm, const kiln_thr
  * frame (registers and the planned intermediate tensors) and its output tensors from `arena`
  * instead of the heap, so a call allocates nothing (with the function objects looked up before:
  * kiln_module_get_function allocates). The outputs live in the arena: they stay valid until the
- * next call of any function of this VM, and releasing them frees nothing. One call at a time
- * (a second concurrent call fails with KILN_ERR_INVALID_STATE); external functions must not
- * keep tensors they are given past their call. Functions with outputs of symbolic shape or
- * returning several values (tuples) cannot run in an arena (KILN_ERR_UNSUPPORTED). The model's
- * kernels allocate scratch buffers of more than 32 KB on the heap (smaller ones are on the
- * stack). export_static's header gives the size as KILN_MODEL_<NAME>_ARENA_BYTES, an upper
+ * next call of any function of this VM, and releasing them frees nothing; so is a tuple that a
+ * function returns (a language model's (logits, kv_cache)), whose items are borrowed: valid as
+ * long as the outputs, and as the arguments that are returned. Release what a call returned
+ * before the next call, and pass no output of one call to the next (KILN_ERR_INVALID_ARGUMENT:
+ * the call would overwrite it). One call at a time (a second concurrent call fails with
+ * KILN_ERR_INVALID_STATE); external functions must not keep tensors they are given past their
+ * call. Functions with outputs of symbolic shape cannot run in an arena (KILN_ERR_UNSUPPORTED).
+ * The model's kernels allocate scratch buffers of more than 32 KB on the heap (smaller ones are
+ * on the stack). export_static's header gives the size as KILN_MODEL_<NAME>_ARENA_BYTES, an upper
  * bound of kiln_vm_arena_bytes on every target.
  * ------------------------------------------------------------------------------------------- */
 

@@ -41,6 +41,13 @@
 #else
 #define KILN_PRINTF_FORMAT(fmt_index, first_arg)
 #endif
+/* Load-time code in a file built for speed (library.c's table validation): optimised for size
+ * instead, which keeps the shared runtime inside its 64 KB (runtime_c/Makefile, "Size"). */
+#if defined(__GNUC__)
+#define KILN_COLD __attribute__((cold))
+#else
+#define KILN_COLD
+#endif
 
 /* Limits the library loader enforces; they bound the per-call stack arrays of kernel calls. */
 #define KILN_MAX_KERNEL_PARAMS 256
@@ -128,6 +135,11 @@ kiln_tensor_t* kiln_tensor_init_embedded(void* storage, const int64_t* shape, in
  * owned values; NULL when out of memory (no message set). */
 kiln_tuple_t* kiln_tuple_alloc(int32_t size);
 kiln_value_t* kiln_tuple_items(kiln_tuple_t* tuple);
+/* A tuple of `size` items in `storage` (kiln_tuple_embedded_size(size) bytes, 8-byte aligned),
+ * for a caller's arena: it holds no references (its items are borrowed: plain copies) and
+ * retaining or releasing it does nothing that matters (its count never drops to zero). */
+size_t kiln_tuple_embedded_size(int32_t size);
+kiln_tuple_t* kiln_tuple_init_borrowed(void* storage, int32_t size);
 
 /* ---- modules and functions (module.c) ------------------------------------------------------- */
 

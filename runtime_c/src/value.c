@@ -66,6 +66,17 @@ kiln_tuple_t* kiln_tuple_alloc(int32_t size) {
 
 kiln_value_t* kiln_tuple_items(kiln_tuple_t* tuple) { return tuple->items; }
 
+size_t kiln_tuple_embedded_size(int32_t size) {
+  return sizeof(kiln_tuple_t) + (size_t)size * sizeof(kiln_value_t);
+}
+
+kiln_tuple_t* kiln_tuple_init_borrowed(void* storage, int32_t size) {
+  kiln_tuple_t* t = storage;
+  t->refcount = INT32_MAX / 2; /* released at most once per hand-out: never reaches zero */
+  t->size = size;
+  return t;
+}
+
 kiln_status_t kiln_tuple_create(const kiln_value_t* items, int32_t num_items,
                                 kiln_tuple_t** out_tuple) {
   if (!out_tuple || num_items < 0 || (num_items > 0 && !items))

@@ -242,20 +242,19 @@ static kiln_status_t run(vm_module_t* vm, const vm_state_t* state,
       }
       case KILN_OP_MAKE_TUPLE: {
         int32_t n = (int32_t)o[1];
-        if (vm->arena) { /* tuples are heap objects; the arena holds tensors only */
-          st = kiln_error(KILN_ERR_UNSUPPORTED, "%s: instruction %u (MAKE_TUPLE): a function that "
-                          "returns several values cannot run in a caller's arena", f->name,
-                          (unsigned)pc);
-          break;
-        }
-        kiln_tuple_t* t = kiln_tuple_alloc(n);
+        /* In a caller's arena the tuple is too, and borrows its items (arena tensors and the
+         * caller's arguments), which live as long as the call's outputs. */
+        void* mem = vm->arena ? arena_take(vm, f->name, kiln_tuple_embedded_size(n)) : NULL;
+        kiln_tuple_t* t = mem ? kiln_tuple_init_borrowed(mem, n) : vm->arena ? NULL : kiln_tuple_alloc(n);
         if (!t) {
           st = kiln_error(KILN_ERR_OUT_OF_MEMORY, "%s: instruction %u (MAKE_TUPLE): out of memory",
                           f->name, (unsigned)pc);
           break;
         }
         kiln_value_t* items = kiln_tuple_items(t);
-        for (int32_t j = 0; j < n && st == KILN_OK; ++j) st = kiln_value_copy(&regs[o[2 + j]], &items[j]);
+        for (int32_t j = 0; j < n && st == KILN_OK; ++j)
+          if (mem) items[j] = regs[o[2 + j]];
+          else st = kiln_value_copy(&regs[o[2 + j]], &items[j]);
         v.kind = KILN_VALUE_TUPLE;
         v.u.tuple = t;
         if (st == KILN_OK) set_reg(&regs[o[0]], v);
@@ -442,6 +441,12 @@ static kiln_status_t vm_call(kiln_function_t* function, const kiln_value_t* args
     kiln_thread_pool_call_end();
     return st;
   }
+  /* An earlier call's output as an argument: this call would overwrite it while reading it. */
+  for (int32_t i = 0; i < num_args; ++i)
+    if (args[i].kind == KILN_VALUE_TENSOR &&
+        (uintptr_t)kiln_tensor_dltensor(args[i].u.tensor)->data - (uintptr_t)vm->arena < vm->arena_bytes)
+      return kiln_error(KILN_ERR_INVALID_ARGUMENT, "%s: argument %d is an earlier call's output in "
+                        "the VM's arena", f->name, (int)i);
   int32_t idle = 0;
   if (!KILN_ATOMIC_CAS(&vm->arena_busy, &idle, 1))
     return kiln_error(KILN_ERR_INVALID_STATE, "%s: another call is running in this VM's arena "
@@ -586,8 +591,7 @@ static kiln_status_t arena_need(const kiln_vm_program_t* prog, const kiln_vm_fun
                           "in a caller's arena", f->name);
       n += ALIGN_UP(kiln_tensor_embedded_size((int32_t)dt[3])) + ALIGN_UP(nbytes) + KILN_ALIGNMENT;
     } else if (in->op == KILN_OP_MAKE_TUPLE) {
-      return kiln_error(KILN_ERR_UNSUPPORTED, "%s: a function that returns several values cannot "
-                        "run in a caller's arena", f->name);
+      n += ALIGN_UP(kiln_tuple_embedded_size((int32_t)in->ops[1])) + KILN_ALIGNMENT;
     } else if (in->op == KILN_OP_IF) {
       uint64_t a = 0, b = 0;
       kiln_status_t st = arena_need(prog, &prog->functions[in->ops[2]], &a);

@@ -128,3 +128,36 @@ def test_java(artifact, java_build, tmp_path):
     _errors(lambda so, args: [str(java_build["java"]), "-cp", f"{java_build['jar']}:{classes}",
                               f"-Djava.library.path={java_build['lib_dir']}", "Generate", str(so), *args],
             artifact, tmp_path)
+
+
+def test_decode_allocates_nothing_in_an_arena(artifact, tmp_path, build_lock):
+    """In a caller's arena (kiln_vm_set_arena) a decode step makes no heap call at all: frame,
+    logits and the (logits, kv_cache) tuple come from the arena, the kernels' scratch from the
+    stack (tests/deploy/programs/decode_alloc.c counts malloc & co., interposed). The tokens
+    are still PyTorch's; without the arena the same count is not 0 (the counter works); a
+    cache created in the arena and passed to the next call is refused, not overwritten."""
+    if shutil.which("gcc") is None:
+        pytest.skip("needs a C compiler")
+    so, want = artifact
+    with build_lock():
+        subprocess.run(["make", "-s", "-C", str(ROOT / "runtime_c")], check=True, timeout=300)
+        runtime = tmp_path / "libkiln_runtime.a"
+        shutil.copyfile(ROOT / "runtime_c" / "build" / "libkiln_runtime.a", runtime)
+    exe = tmp_path / "decode_alloc"
+    _build(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-O2", f"-I{ROOT / 'runtime_c' / 'include'}",
+            str(ROOT / "tests" / "deploy" / "programs" / "decode_alloc.c"), str(runtime), "-o", str(exe),
+            "-ldl", "-lpthread", "-lm"], tmp_path)
+    prompt = [5, 17, 33, 2, 90]
+    for mode in ("arena", "heap"):
+        run = subprocess.run([str(exe), str(so), str(STEPS), mode, *map(str, prompt)], capture_output=True,
+                             text=True, timeout=300)
+        assert run.returncode == 0, run.stderr[-2000:]
+        tokens, count = run.stdout.splitlines()
+        assert [int(t) for t in tokens.split()] == want[tuple(prompt)], mode
+        calls = int(count.split(": ")[1])
+        assert count.startswith(f"heap calls in {STEPS - 2} decodes: ")
+        assert calls == 0 if mode == "arena" else calls >= STEPS - 2, (mode, calls)
+    run = subprocess.run([str(exe), str(so), str(STEPS), "misuse", *map(str, prompt)], capture_output=True,
+                         text=True, timeout=300)
+    assert run.returncode == 1
+    assert "prefill: argument 1 is an earlier call's output in the VM's arena" in run.stderr, run.stderr

@@ -110,8 +110,8 @@ def arena_bytes(spec) -> Optional[int]:
                 for d in dims:
                     nbytes *= d
                 n += _align(head(ndim)) + _align(nbytes) + 64
-            elif op == Op.MAKE_TUPLE:
-                return None
+            elif op == Op.MAKE_TUPLE:  # kiln_tuple_init_borrowed: 8 bytes, then the items
+                n += _align(8 + value * o[1]) + 64
             elif op == Op.IF:
                 a, b = need(spec.functions[o[2]]), need(spec.functions[o[3]])
                 if a is None or b is None:
@@ -127,8 +127,8 @@ def _header(ex, name: str, syms: Dict[str, str]) -> str:
     guard = f"KILN_MODEL_{name.upper()}_H_"
     arena = arena_bytes(ex.spec)
     if arena is None:
-        arena_def = (f"/* No KILN_MODEL_{name.upper()}_ARENA_BYTES: a function returns several values or an\n"
-                     " * output of symbolic shape, which kiln_vm_set_arena cannot hold. */")
+        arena_def = (f"/* No KILN_MODEL_{name.upper()}_ARENA_BYTES: a function returns an output of\n"
+                     " * symbolic shape, which kiln_vm_set_arena cannot hold. */")
     else:
         arena_def = (f"/* Bytes of the arena to give kiln_vm_set_arena(vm, arena, n) so that calls allocate\n"
                      f" * nothing (embedded use; KILN_ALIGNMENT-aligned memory): an upper bound of\n"
