@@ -160,8 +160,11 @@ class CudaRuntimeModule:
                     raise ValueError(f"{where} expected shape {tuple(p['shape'])} (axis {axis} = "
                                      f"{want}), got {a.shape}")
         kernels = self._kernels(device.device_id)
+        # Intermediates between the kernels: fresh device memory, alive until the call returns.
+        scratch = [empty([eval_json(e, env) for e in s["shape"]], s["dtype"], device)
+                   for s in info.get("scratch", ())]
         values = [ffi.new("uint64_t*", int(ffi.cast("uintptr_t", a._dl.data)) + a._dl.byte_offset)
-                  for a in arrays]
+                  for a in arrays + scratch]
         values += [ffi.new("int64_t*", env[d]) for d in info["dims"]]
         argv = ffi.new("void*[]", [ffi.cast("void*", v) for v in values] or [ffi.NULL])
         handle = device_handle(device.device_id)

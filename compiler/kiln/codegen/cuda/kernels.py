@@ -45,14 +45,24 @@ class KernelPlan:
         return self.block[0] * self.block[1] * self.block[2]
 
 
-def _top_statements(func: PrimFunc) -> List[Stmt]:
+def global_scratch(func: PrimFunc) -> List:
+    """The root block's scratch buffers: intermediates between the kernels of one program. They
+    live in device memory that the caller allocates for each call (``kiln.runtime.cuda_device``)
+    and are passed to the kernels after the parameters."""
     body = func.body
     if isinstance(body, BlockRealize) and not body.block.iter_vars:
         for buf in body.block.alloc_buffers:
-            raise CodegenError(f"scratch buffer '{buf.name}' (scope '{buf.scope}') lives outside "
-                               "every kernel: the CUDA target has no device memory planning for "
-                               "a tensor program's global scratch buffers yet; stage it through "
-                               "'shared' or 'local' memory inside the thread-bound loops")
+            if buf.scope not in ("global", ""):
+                raise CodegenError(f"scratch buffer '{buf.name}' (scope '{buf.scope}') is used by "
+                                   "more than one kernel: only global memory outlives a kernel; "
+                                   f"stage it through '{buf.scope}' inside the thread-bound loops")
+        return list(body.block.alloc_buffers)
+    return []
+
+
+def _top_statements(func: PrimFunc) -> List[Stmt]:
+    body = func.body
+    if isinstance(body, BlockRealize) and not body.block.iter_vars:
         body = body.block.body
     return list(body.seq) if isinstance(body, SeqStmt) else [body]
 

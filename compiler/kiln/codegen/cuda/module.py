@@ -6,10 +6,12 @@
 
 A ``CudaModule`` holds one PTX text for all kernels, and for each tensor program its
 parameters (name, dtype, shape with symbolic dimensions by name), where each symbolic
-dimension is read from (parameter, axis), and its kernels in launch order with their grid
-(JSON expressions of the dimensions, ``kernels.expr_to_json``) and block sizes. Every kernel
-takes the data pointers of all the program's buffer parameters, then the symbolic dimensions
-as int64, in that order.
+dimension is read from (parameter, axis), its global scratch buffers (intermediates between
+its kernels, allocated in device memory for each call; shapes as JSON expressions), and its
+kernels in launch order with their grid (JSON expressions of the dimensions,
+``kernels.expr_to_json``) and block sizes. Every kernel takes the data pointers of all the
+program's buffer parameters, then of its scratch buffers, then the symbolic dimensions as
+int64, in that order.
 
 The saved artifact (``.kcuda``) is ``KILNCUDA`` + u32 format version + u32 length of the JSON
 description + the JSON + the PTX text (little-endian); ``kiln.runtime.cuda_device`` loads it.
@@ -30,7 +32,7 @@ from ...ir.function import IRModule, PrimFunc
 from .. import objcompile
 from ..errors import CodegenError
 from ..lower import ModuleContext
-from .kernels import expr_to_json, plan_kernels
+from .kernels import expr_to_json, global_scratch, plan_kernels
 from .lower import KernelLowerer, annotate_block_size, declare_kernel
 from .prepare import lower_for_cuda
 from .target import TRIPLE, CudaTarget, parse_cuda_target
@@ -126,7 +128,10 @@ def lower_cuda_module(mod: IRModule, target: CudaTarget):
             continue
         sig = _signature(name, func)
         lowered = lower_for_cuda(func)
-        buffers = [p for p in func.params if isinstance(p, Buffer)]
+        scratch = global_scratch(lowered)
+        sig["scratch"] = [{"name": b.name, "dtype": b.dtype,
+                           "shape": [expr_to_json(e, name) for e in b.shape]} for b in scratch]
+        buffers = [p for p in func.params if isinstance(p, Buffer)] + scratch
         dim_vars = {}
         for p in buffers:
             for e in p.shape:
