@@ -10,7 +10,7 @@ from kiln.ir.graph import Constant
 from kiln.script import T
 from kiln.transform import PassContext
 from kiln.transform.block_iter import BlockIterError, fuse_block_iter, split_block_iter
-from kiln.transform.conv_blocked import conv_tile, pixel_tile, tile_plan
+from kiln.transform.conv_blocked import channel_blocks, conv_tile, pixel_tile, tile_plan
 from kiln.transform.layout import pack_array
 
 from transform_helpers import AVX2, AVX2_CTX, attr, check_same_results, graph_module, kernels, reference, run_vm, typed
@@ -46,12 +46,12 @@ CASES = [
     ((1, 8, 7, 7), (40, 8, 3, 3), {"padding": (2, 2), "dilation": (2, 2)}, "conv nchwc: tile 10x8 flat"),
     ((1, 16, 13, 13), (16, 16, 3, 3), {"padding": (1, 1)}, "conv nchwc: tile 6x16 flat"),
     ((1, 96, 7, 7), (32, 96, 1, 1), {}, "conv nchwc: tile 5x16 flat"),
-    ((2, 16, 14, 14), (24, 16, 3, 3), {"padding": (1, 1)}, "conv nchwc: tile 11x8 flat"),   # batch 2
+    ((2, 16, 14, 14), (24, 16, 3, 3), {"padding": (1, 1)}, "conv nchwc: tile 4x24 flat"),   # batch 2
     ((2, 24, 13, 13), (48, 24, 3, 3), {"padding": (1, 1), "strides": (2, 2)},
      "conv nchwc: tile 5x16 flat"),                                                          # 7 x 7
     ((1, 20, 9, 7), (16, 20, 1, 1), {}, "conv nchwc: tile 6x16 flat"),                      # 63 = 10 x 6 + 3
     # small 1x1: the input read through an NHWC copy (checked below)
-    ((2, 20, 5, 7), (24, 20, 1, 1), {}, "conv nchwc: tile 12x8 flat, rows outer"),
+    ((2, 20, 5, 7), (24, 20, 1, 1), {}, "conv nchwc: tile 4x24 flat"),
     ((1, 40, 7, 7), (48, 40, 1, 1), {}, "conv nchwc: tile 5x16 flat"),
     # depthwise: NCHW at any stride (stride-2 lanes are loads + shuffles, faster than repacking)
     ((1, 24, 9, 9), (24, 1, 3, 3), {"padding": (1, 1), "strides": (2, 2), "groups": 24}, "conv: "),
@@ -146,7 +146,7 @@ def test_runtime_weight_keeps_nchw():
 # ---- tile choice ---------------------------------------------------------------------------
 @pytest.mark.parametrize("channels,size,want", [
     (64, 56, (16, 6, False)), (64, 112, (16, 6, False)), (64, 60, (16, 6, False)),
-    (64, 28, (16, 6, False)), (24, 56, (8, 12, False)),
+    (64, 28, (16, 6, False)), (24, 56, (24, 4, False)),
     # short rows: the image's pixels as one run, 49 = 9 x 5 + 4, 196 = 32 x 6 + 4
     (512, 7, (16, 5, True)), (256, 14, (16, 6, True)), (40, 13, (8, 10, True)),
     (16, 3, (8, 9, True)),
@@ -154,6 +154,16 @@ def test_runtime_weight_keeps_nchw():
 ])
 def test_conv_tile(channels, size, want):
     assert conv_tile(channels, size, size, AVX2_CTX.resolved()) == want
+
+
+def test_triple_block_only_where_16_does_not_divide():
+    """24-channel blocks for 24, 72, 120 channels (three vectors on AVX2, 1.5 on AVX-512, where
+    the alternative is half-filled 8-channel vectors); counts that 16 divides keep 16 / 32."""
+    avx512 = PassContext(target="llvm -mcpu=skylake-avx512").resolved()
+    assert channel_blocks(24, avx512) == (24, 8) and channel_blocks(72, avx512) == (24, 8)
+    assert channel_blocks(48, avx512) == (16, 8) and channel_blocks(96, avx512) == (32, 16, 8)
+    assert channel_blocks(24, AVX2_CTX.resolved()) == (24, 8)
+    assert conv_tile(24, 56, 56, avx512)[0] == 24 and conv_tile(48, 56, 56, avx512)[0] == 16
 
 
 def test_flat_tiles_only_where_rows_are_short():

@@ -222,7 +222,7 @@ def _candidate(var: GraphVar, call: Call, nodes, ctx: PassContext) -> Optional[_
     if call.op == "winograd_output" and _static_f32(call.ty) and \
             "layout" not in dict(call.attrs):
         o = call.ty.static_shape()[1]
-        blocks = [b for b in conv_blocked.block_lanes(ctx) if o % b == 0]
+        blocks = conv_blocked.channel_blocks(o, ctx)
         return _Node(var, call, "winograd_output", blocks[0]) if blocks else None
     if _elementwise(call):
         if not any(isinstance(a, GraphVar) and a in nodes for a in call.args):
