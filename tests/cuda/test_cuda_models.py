@@ -37,3 +37,23 @@ def test_every_mlp_kernel_compiles_to_ptx(fused, tmp_path):
     if ptxas() is not None:
         r = assemble(cm.ptx, "sm_80", tmp_path)
         assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.slow
+def test_every_resnet18_kernel_compiles_to_ptx(tmp_path):
+    """ResNet-18 from ONNX (the zoo's seeded export), fused: 19 tensor programs, 65 kernels."""
+    pytest.importorskip("torch")
+    import sys
+    import pathlib
+    import onnx
+    sys.path.insert(0, str(pathlib.Path(__file__).parents[1] / "onnx_models"))
+    import onnx_model_zoo as zoo
+    from kiln.frontend.onnx.importer import from_onnx
+    mod = from_onnx(onnx.load(zoo.export("resnet18", str(tmp_path / "resnet18.onnx"))))
+    mod = legalize()(fuse_ops()(mod[0] if isinstance(mod, tuple) else mod))
+    prims = {n: bind_spatial_loops(f) for n, f in mod.items() if isinstance(f, PrimFunc)}
+    cm = compile_cuda(IRModule(prims), "cuda -arch=sm_80")
+    assert set(cm.functions) == set(prims) and len(prims) >= 15
+    if ptxas() is not None:
+        r = assemble(cm.ptx, "sm_80", tmp_path)
+        assert r.returncode == 0, r.stderr
