@@ -123,6 +123,16 @@ def test_resize_nearest_over_symbolic_spatial_dims():
     check(m, [{"x": f32(1, 2, a, b)} for a, b in ((1, 1), (3, 4), (5, 2))])
 
 
+def test_conv_after_a_symbolic_resize():
+    # the conv kernel sees h only as h * 2 (its schedule also writes (h * 2 + 2) * 2 as h * 4 + 4):
+    # it solves h = floor((h * 2) / 2), which the VM's shape checks make exact
+    nodes = [h.make_node("Resize", ["x", "", "scales"], ["r"], mode="nearest"),
+             h.make_node("Conv", ["r", "w"], ["y"], pads=[1, 1, 1, 1])]
+    m = model(nodes, [("x", F, [1, 2, "h", "w"])], [("y", F, None)],
+              [("scales", np.array([1, 1, 2, 2], np.float32)), ("w", f32(4, 2, 3, 3))])
+    check(m, [{"x": f32(1, 2, a, b)} for a, b in ((3, 4), (5, 2))])
+
+
 def test_shape_returned_and_used_as_float_at_run_time():
     # y = x / float(n) and the shape itself as an output: values computed at run time
     nodes, init = shape_of("x", "n", 1)

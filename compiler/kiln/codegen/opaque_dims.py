@@ -9,14 +9,17 @@ body uses them only inside ``b * s``, the expression is one unknown. ``abstract_
 turns every such expression into a fresh variable (named after the expression, for messages),
 everywhere in the function: buffer shapes, loop extents, indices. The runtime then binds it
 from the argument like any symbolic dimension and checks it equal across the arguments. If the
-body also uses ``b`` on its own, the kernel is refused with a message naming the variable.
+body also uses ``b`` on its own, the kernel is refused with a message naming the variable,
+unless ``b`` can be solved from a whole: ``b = E - n`` from ``b + n`` with ``n`` bound, or
+``h = floor(E / 2)`` from ``h * 2`` (a conv after a symbolic 2x Resize: its schedule writes
+``(h * 2 + 2) * 2`` as ``h * 4 + 4``).
 """
 from __future__ import annotations
 
 from typing import Dict, List
 
 from ..ir.analysis import expr_equal
-from ..ir.expr import Buffer, IntImm, PrimExpr, Var
+from ..ir.expr import Buffer, FloorDiv, IntImm, PrimExpr, Var
 from ..ir.function import PrimFunc
 from ..ir.functor import collect, substitute, substitute_buffers, transform
 from .errors import CodegenError
@@ -26,16 +29,17 @@ def _free_vars(e) -> List[Var]:
     return [v for v in collect(e, Var)]
 
 
-def _solve(exprs, fresh, bound, solvers=None) -> Dict[Var, PrimExpr]:
+def _solve(exprs, fresh, bound, solvers=None, inexact=None) -> Dict[Var, PrimExpr]:
     """Unbound variables recovered from bound wholes. ``past + n`` bound as ``E`` with ``n``
     bound gives ``past = E - n`` (a window ``mask[past + i]`` of a kernel whose output is
     ``(n, past + n)`` needs ``past`` itself). When a whole leaves its variables underdetermined
     (``past + seq`` with neither bound: a transpose of the KV cache), any split that gives every
     parameter shape its size computes the same, since the kernel then depends on them only
     through those shapes: the first variable takes ``E`` minus the rest, the others 0. Only
-    wholes linear in their unbound variables with coefficient 1 are solved; the caller checks
-    that every parameter shape comes out right. ``solvers`` collects the indices of the wholes
-    that solved some variable."""
+    wholes linear in their unbound variables with coefficient 1 are solved, and a whole ``c * v +
+    rest`` in one unbound variable (``h * 2``) as ``v = floor((E - rest) / c)``; the caller
+    checks that every parameter shape comes out right. ``solvers`` collects the indices of the
+    wholes that solved some variable, ``inexact`` those solved by a floor division."""
     out: Dict[Var, PrimExpr] = {}
     for i, (e, whole) in enumerate(zip(exprs, fresh)):
         free = [v for v in _free_vars(e) if v not in bound and v not in out]
@@ -47,6 +51,15 @@ def _solve(exprs, fresh, bound, solvers=None) -> Dict[Var, PrimExpr]:
         for v in free[1:]:
             total = total + v
         check = _simplify(substitute(e, out) - total - rest)
+        if len(free) == 1 and not (isinstance(check, IntImm) and check.value == 0):
+            # c * v + rest: the coefficient is e at v = 1 minus rest, which must be a constant
+            c = _simplify(substitute(substitute(e, out), {free[0]: IntImm(1, free[0].dtype)}) - rest)
+            if isinstance(c, IntImm) and c.value > 1 and _same(substitute(e, out), free[0] * c + rest):
+                out[free[0]] = FloorDiv(whole - rest, c)
+                if solvers is not None:
+                    solvers.add(i)
+                    inexact.add(i)
+                continue
         if not (isinstance(check, IntImm) and check.value == 0):
             continue  # not linear with coefficient 1: left unbound (an error if used)
         out[free[0]] = whole - rest
@@ -89,7 +102,8 @@ def abstract_unbound_dims(name: str, func: PrimFunc) -> PrimFunc:
     fresh: List[Var] = [Var(str(e), e.dtype) for e in exprs]
     unbound = {v for e in exprs for v in _free_vars(e) if v not in bound}
     solvers: set = set()
-    solved = _solve(exprs, fresh, bound, solvers)
+    inexact: set = set()
+    solved = _solve(exprs, fresh, bound, solvers, inexact)
     # A whole whose variables the others solved is an expression of theirs (``seq + 1`` beside
     # ``seq - 1``, which binds seq: ``(seq - 1) + 2``), a derived dimension the runtime computes
     # and checks, not a second unknown that would have to agree with the first.
@@ -116,8 +130,12 @@ def abstract_unbound_dims(name: str, func: PrimFunc) -> PrimFunc:
     body = substitute_buffers(rewrite(func.body), bmap)
     out = PrimFunc(params, body, func.attrs)
     unbound -= set(solved)
-    for i, (e, v) in enumerate(zip(exprs, fresh)):  # each solving shape must come out as its whole
-        if i in solvers and not _same(substitute(e, solved), v):
+    # Each solving shape must come out as its whole. One solved by a floor division does when the
+    # whole is a multiple of c, which the VM guarantees: it computes h * 2 from h and checks every
+    # tensor against it before a kernel runs; called on its own with another size, the kernel
+    # computes with the smaller h = floor(E / c) (extents increasing in h: nothing past a buffer).
+    for i, (e, v) in enumerate(zip(exprs, fresh)):
+        if i in solvers and i not in inexact and not _same(substitute(e, solved), v):
             raise CodegenError(f"kernel '{name}': cannot recover the symbolic dimensions of {e} "
                                f"from its arguments")
     left = [v for v in collect(out, Var) if v in unbound]
