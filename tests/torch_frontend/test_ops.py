@@ -106,6 +106,16 @@ CASES = {
                                     i.cumsum(-1)),
                       [randn(3, 4), torch.tensor([[0, 3, 2], [2, 2, 1], [1, 0, 3]])]),
     "embedding": (lambda i, w: F.embedding(i, w), [torch.tensor([[0, 3, 9], [4, 4, 1]]), randn(10, 6)]),
+    "sort": (lambda x, t: (*x.sort(1), *x.sort(0, descending=True), x.argsort(-1), x.argsort(1, descending=True),
+                           *torch.sort(t, stable=True), *torch.sort(t, descending=True, stable=True), *t.sort(dim=-1, stable=True)),
+             [randn(4, 6), torch.tensor([[3, 1, 3, 0, 1], [2, 2, 2, 5, 1]])]),
+    "conv3d": (lambda x, w, wg, b: (F.conv3d(x, w, b, padding=1), F.conv3d(x, w, stride=(2, 1, 2), dilation=(2, 1, 1)),
+                                    F.conv3d(x, wg, groups=2, padding=(0, 1, 0))),
+               [randn(2, 4, 6, 5, 7), randn(3, 4, 3, 3, 3), randn(4, 2, 2, 3, 1), randn(3)]),
+    "pool3d": (lambda x: (F.max_pool3d(x, 2), F.max_pool3d(x, 3, stride=2, padding=1, ceil_mode=True),
+                          F.avg_pool3d(x, (2, 3, 3), stride=(1, 2, 2), padding=(1, 1, 0)),
+                          F.avg_pool3d(x, 3, stride=2, padding=1, count_include_pad=False)),
+               [randn(1, 3, 5, 6, 7)]),
 }
 
 

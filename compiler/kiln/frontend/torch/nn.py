@@ -8,6 +8,7 @@ import numpy as np
 
 from .common import Ctx, NotComputed, bind, converter, is_static, ndim, norm_axis, shape
 from .errors import Unsupported
+from .volumetric import conv3d
 
 
 def _pair(v, n=2):
@@ -22,11 +23,15 @@ def convolution(ctx: Ctx, node, args, kwargs):
     nsp = ndim(x) - 2
     if a["transposed"]:
         return _conv_transpose(ctx, a, nsp)
-    if nsp not in (1, 2):
-        raise Unsupported(f"{nsp}-D convolution is not supported (1-D and 2-D are)")
-    op = "conv2d" if nsp == 2 else "conv1d"
-    y = ctx.op(op, x, w, strides=_pair(a["stride"], nsp), padding=_pair(a["padding"], nsp),
-               dilation=_pair(a["dilation"], nsp), groups=int(a["groups"]))
+    if nsp not in (1, 2, 3):
+        raise Unsupported(f"{nsp}-D convolution is not supported (1-D, 2-D and 3-D are)")
+    if nsp == 3:
+        y = conv3d(ctx, x, w, _pair(a["stride"], 3), _pair(a["padding"], 3), _pair(a["dilation"], 3),
+                   int(a["groups"]))
+    else:
+        op = "conv2d" if nsp == 2 else "conv1d"
+        y = ctx.op(op, x, w, strides=_pair(a["stride"], nsp), padding=_pair(a["padding"], nsp),
+                   dilation=_pair(a["dilation"], nsp), groups=int(a["groups"]))
     if b is not None:
         y = ctx.op("add", y, ctx.op("reshape", b, shape=(1, -1) + (1,) * nsp))
     return y

@@ -101,6 +101,20 @@ def topk(ctx: Ctx, node, args, kwargs):
     return ctx.op("topk", x, k=int(a["k"]), axis=norm_axis(int(a["dim"]), ndim(x)), largest=bool(a["largest"]))
 
 
+@converter("aten.sort")
+def sort(ctx: Ctx, node, args, kwargs):
+    """(values, indices) along ``dim``: ``topk`` of every element, which is sorted with equal
+    values in index order, i.e. a stable sort (what torch gives with ``stable=True``; its
+    unstable sort may order ties otherwise). argsort exports as sort's indices."""
+    a = bind(node, args, kwargs)
+    x = a["self"]
+    axis = norm_axis(int(a["dim"]), ndim(x))
+    n = shape(x)[axis]
+    if not isinstance(n, int):
+        raise Unsupported("sorting along a symbolic dim is not supported")
+    return ctx.op("topk", x, k=n, axis=axis, largest=bool(a["descending"]))
+
+
 @converter("aten.var_mean")
 def var_mean(ctx: Ctx, node, args, kwargs):
     a = bind(node, args, kwargs)
