@@ -21,6 +21,10 @@ PTR = ir.PointerType()
 _SCALAR = {"bool": I1, "int8": I8, "int16": I16, "int32": I32, "int64": I64, "uint8": I8,
            "uint16": I16, "uint32": I32, "uint64": I64,
            "float16": F16, "float32": F32, "float64": F64}
+# Sub-byte integers are i4/i2 in registers (LLVM's casts and arithmetic handle any width); in
+# memory they are packed into bytes, which lower_expr reads and writes a field at a time.
+_SCALAR.update({"int4": ir.IntType(4), "uint4": ir.IntType(4), "int2": ir.IntType(2),
+                "uint2": ir.IntType(2)})
 
 
 def scalar_type(dtype: str) -> ir.Type:
@@ -29,8 +33,9 @@ def scalar_type(dtype: str) -> ir.Type:
 
 
 def memory_type(dtype: str) -> ir.Type:
-    """The in-memory type of a buffer element: like ``scalar_type`` but bool is a byte (DLPack)."""
-    return I8 if dt.is_bool(dtype) else _SCALAR[dt.element(dtype)]
+    """The in-memory type of a buffer element: like ``scalar_type`` but bool is a byte (DLPack),
+    and a sub-byte integer's is the byte that holds it."""
+    return I8 if dt.is_bool(dtype) or dt.is_subbyte(dtype) else _SCALAR[dt.element(dtype)]
 
 
 def is_vector(value) -> bool:

@@ -241,7 +241,11 @@ class FuncLowerer(ExprLowerer):
         if self.vec is not None and s.kind not in ("serial", "unrolled"):
             raise CodegenError(f"a {s.kind} loop '{s.loop_var.name}' cannot be nested in a "
                                "vectorized loop")
-        if s.kind == "vectorized":
+        if s.kind in ("vectorized", "parallel") and _touches_subbyte(s.body):
+            # Packed sub-byte elements are read-modify-written a byte at a time: lanes or
+            # threads sharing a byte would race, so such a loop runs serially (same result).
+            self.serial_loop(s)
+        elif s.kind == "vectorized":
             lower_vectorized(self, s)
         elif s.kind == "parallel":
             self._parallel(s)
@@ -371,6 +375,14 @@ def _captures(s: For, fl: FuncLowerer):
     for b in outer_bufs:
         fl.buf(b)  # raises a clear error for an unbound buffer
     return list(vars_), outer_bufs
+
+
+def _touches_subbyte(body) -> bool:
+    """Whether ``body`` reads or writes a buffer of packed sub-byte elements (int4, uint2...)."""
+    found = []
+    pre_order_visit(body, lambda n: found.append(n) if isinstance(n, (BufferLoad, BufferStore))
+                    and dt.is_subbyte(n.buffer.dtype) else None)
+    return bool(found)
 
 
 def _size_t(module: ir.Module) -> ir.Type:

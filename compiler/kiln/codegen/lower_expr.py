@@ -213,6 +213,8 @@ class ExprLowerer:
         align = max(1, dt.bits(buffer.dtype) // 8)
         off = self.offset(buffer, indices)
         b = self.b
+        if dt.is_subbyte(buffer.dtype):
+            return self._load_subbyte(buffer, info, off)
         if isinstance(off, Affine) and off.stride == 1:
             ptr = b.gep(info.ptr, [off.base], inbounds=True, source_etype=mty)
             vty = ir.VectorType(mty, self.vec.lanes)
@@ -232,6 +234,34 @@ class ExprLowerer:
         if dt.is_bool(buffer.dtype):
             v = b.icmp_unsigned("!=", v, cg.const_like(v, 0))
         return v
+
+    # Sub-byte elements (int4/uint4/int2/uint2) are fields of a byte: element i is bits
+    # [(i % per) * w, (i % per + 1) * w) of byte i // per (per = 8 // w). A loop touching such a
+    # buffer is never vectorized or run in parallel (FuncLowerer._for): two lanes or threads
+    # writing fields of one byte would race on its read-modify-write. So these are scalar.
+    def _field(self, buffer, off):
+        """(byte address, bit shift) of the element at flat offset ``off`` of a sub-byte buffer."""
+        if isinstance(off, Affine) or cg.is_vector(off):
+            raise CodegenError(f"buffer '{buffer.name}' of {buffer.dtype} is accessed in a vectorized "
+                               "loop; sub-byte elements are read and written one at a time")
+        b, w = self.b, dt.bits(buffer.dtype)
+        per_log2 = (8 // w).bit_length() - 1
+        byte = b.ashr(off, cg.I64(per_log2))
+        shift = b.mul(b.and_(off, cg.I64((1 << per_log2) - 1)), cg.I64(w))
+        return b.gep(self.buf(buffer).ptr, [byte], inbounds=True, source_etype=cg.I8), b.trunc(shift, cg.I8)
+
+    def _load_subbyte(self, buffer, info, off):
+        ptr, shift = self._field(buffer, off)
+        byte = self.b.load(ptr, typ=cg.I8, align=1)
+        return self.b.trunc(self.b.lshr(byte, shift), cg.scalar_type(buffer.dtype))
+
+    def _store_subbyte(self, buffer, info, off, v):
+        b = self.b
+        ptr, shift = self._field(buffer, off)
+        mask = b.shl(cg.I8((1 << dt.bits(buffer.dtype)) - 1), shift)
+        old = b.load(ptr, typ=cg.I8, align=1)
+        new = b.or_(b.and_(old, b.not_(mask)), b.shl(b.zext(v, cg.I8), shift))
+        b.store(new, ptr, align=1)
 
     def _strided_load(self, base, off: "Affine", mty, align):
         """Lanes ``base + stride * k`` (small constant stride, every lane active) as contiguous
@@ -288,6 +318,8 @@ class ExprLowerer:
         b = self.b
         v = self.fit(self.expr(value), buffer.dtype)
         off = self.offset(buffer, indices)
+        if dt.is_subbyte(buffer.dtype):
+            return self._store_subbyte(buffer, info, off, v)
         if dt.is_bool(buffer.dtype):
             v = b.zext(v, cg.with_lanes(cg.I8, cg.lanes_of(v)))
         if self.vec is None or not (isinstance(off, Affine) or cg.is_vector(off)):

@@ -10,6 +10,7 @@ from typing import List
 
 import numpy as np
 
+from .. import subbyte
 from ..ir import dtype as dt
 from ..ir.derived_dims import DerivedDim, DimError, check_table, format_dims
 from .format import (ALIGN, FORMAT_VERSION, FUNCTION_PRIVATE, HEADER_SIZE, MAGIC, MAX_NDIM, MAX_SYMS,
@@ -17,7 +18,7 @@ from .format import (ALIGN, FORMAT_VERSION, FUNCTION_PRIVATE, HEADER_SIZE, MAGIC
                      MAX_WRITER_BYTES, WRITER_SECTION, writer_string,
                      SECTION_ENTRY_SIZE,
                      ExecutableSpec, FormatError, FunctionSpec, Instruction, ParamSpec, Section,
-                     _check_calls, _check_code, _check_function, dtype_from_dl, dtype_nbytes)
+                     _check_calls, _check_code, _check_function, dtype_from_dl, tensor_nbytes)
 
 
 class _Cursor:
@@ -180,14 +181,15 @@ def deserialize(blob: bytes) -> ExecutableSpec:
         if data_offset > size or nbytes > size - data_offset:
             raise FormatError(f"CONSTANTS: constant {k} (byte {at}): data [{data_offset}, "
                               f"{data_offset + nbytes}) lies outside the blob (size {size})")
-        expect = dtype_nbytes(dtype)
-        for d in shape:
-            expect *= d
+        expect = tensor_nbytes(dtype, shape)
         if nbytes != expect:
             raise FormatError(f"CONSTANTS: constant {k} (byte {at}): nbytes {nbytes} but shape "
                               f"{tuple(shape)} of {dtype} needs {expect}")
         if dt.lanes(dtype) != 1:
             raise FormatError(f"CONSTANTS: constant {k} (byte {at}): vector dtype {dtype} is not supported")
+        if dt.is_subbyte(dtype):   # packed: unpacked into a copy
+            constants.append(subbyte.unpack(blob[data_offset:data_offset + nbytes], dtype, shape))
+            continue
         arr = np.frombuffer(blob, dtype=np.dtype(dt.element(dtype)).newbyteorder("<"),
                             count=int(np.prod(shape, dtype=np.int64)), offset=data_offset)
         constants.append(arr.reshape(tuple(shape)))

@@ -30,6 +30,7 @@ from typing import Dict, List, Sequence, Tuple, Union
 
 import numpy as np
 
+from .. import subbyte
 from ..ir import dtype as dt
 from ..ir.derived_dims import DerivedDim, DimError, check_table, format_dims
 
@@ -191,16 +192,30 @@ def dtype_from_dl(code: int, bits: int, lanes: int) -> str:
     name = {(_DL_INT, 8): "int8", (_DL_INT, 16): "int16", (_DL_INT, 32): "int32", (_DL_INT, 64): "int64",
             (_DL_UINT, 8): "uint8", (_DL_UINT, 16): "uint16", (_DL_UINT, 32): "uint32",
             (_DL_UINT, 64): "uint64", (_DL_FLOAT, 16): "float16", (_DL_FLOAT, 32): "float32",
-            (_DL_FLOAT, 64): "float64", (_DL_BOOL, 8): "bool"}.get((code, bits))
-    if name is None or lanes < 1:
+            (_DL_FLOAT, 64): "float64", (_DL_BOOL, 8): "bool",
+            (_DL_INT, 4): "int4", (_DL_UINT, 4): "uint4", (_DL_INT, 2): "int2",
+            (_DL_UINT, 2): "uint2"}.get((code, bits))
+    if name is None or lanes < 1 or (bits < 8 and lanes != 1):
         raise FormatError(f"unsupported dtype (code {code}, bits {bits}, lanes {lanes})")
     return dt.with_lanes(name, lanes)
 
 
 def dtype_nbytes(dtype: str) -> int:
-    """Bytes of one element (bool: one byte)."""
+    """Bytes of one element (bool: one byte; a packed sub-byte element: its whole byte)."""
     _, bits, lanes = dtype_to_dl(dtype)
     return (bits * lanes + 7) // 8
+
+
+def tensor_nbytes(dtype: str, shape) -> int:
+    """Bytes of a compact tensor: ``ceil(numel * bits / 8)``, so sub-byte elements (int4, int2)
+    are packed, as the runtime sizes them."""
+    _, bits, lanes = dtype_to_dl(dtype)
+    return (math.prod(int(d) for d in shape) * bits * lanes + 7) // 8
+
+
+def _constant_bytes(c: np.ndarray) -> int:
+    """Bytes constant ``c`` takes in the blob (sub-byte dtypes packed)."""
+    return subbyte.packed_nbytes(c.dtype.name, c.size) if subbyte.is_subbyte(c.dtype) else c.nbytes
 
 
 def align_up(n: int, a: int = ALIGN) -> int:
@@ -352,7 +367,7 @@ def layout(spec: ExecutableSpec) -> Tuple[int, List[Tuple[int, memoryview]]]:
     for c in consts:
         pos = align_up(pos, ALIGN)
         data_offsets.append(pos)
-        pos += c.nbytes
+        pos += _constant_bytes(c)
     sizes[Section.CONSTANTS] = pos - offsets[Section.CONSTANTS]
     blob_size = align_up(pos, 8)
 
@@ -373,9 +388,12 @@ def layout(spec: ExecutableSpec) -> Tuple[int, List[Tuple[int, memoryview]]]:
     for c, off in zip(consts, data_offsets):
         table += struct.pack("<BBHI", *dtype_to_dl(dt.from_numpy(c.dtype)), c.ndim)
         table += struct.pack(f"<{c.ndim}q", *c.shape)
-        table += struct.pack("<QQ", off, c.nbytes)
+        table += struct.pack("<QQ", off, _constant_bytes(c))
     pieces.append((offsets[Section.CONSTANTS], bytes(table)))
     for c, off in zip(consts, data_offsets):
+        if subbyte.is_subbyte(c.dtype):   # packed, several elements to a byte
+            pieces.append((off, subbyte.pack(c)))
+            continue
         # Little-endian on disk whatever the host; bool is stored as one byte 0/1. ``astype``
         # copies only on a big-endian host; the view then shares the array's memory.
         le = np.ascontiguousarray(c.astype(c.dtype.newbyteorder("<"), copy=False)).reshape(-1)
@@ -438,7 +456,7 @@ def _check_code(f: FunctionSpec, num_consts: int, num_kernels: int, num_externs:
                     fail(i, f"arena offset {offset} is not a non-negative multiple of the element size "
                             f"{dtype_nbytes(dtype)}")
                 if all(d >= 0 for d in dims):
-                    nbytes = math.prod(dims) * dtype_nbytes(dtype)  # Python ints: no overflow
+                    nbytes = tensor_nbytes(dtype, dims)  # Python ints: no overflow
                     if offset + nbytes > f.arena_size:
                         fail(i, f"arena view [{offset}, {offset + nbytes}) exceeds arena_size {f.arena_size}")
         elif op in (Op.CALL_KERNEL, Op.CALL_EXTERN):
@@ -589,5 +607,5 @@ def disassemble(spec: ExecutableSpec) -> str:
 from ._reader import deserialize  # noqa: E402  (the reader uses the definitions above)
 
 __all__ = ["ExecutableSpec", "FunctionSpec", "ParamSpec", "Instruction", "Op", "Section", "FormatError",
-           "serialize", "write_blob", "write_pieces", "layout", "deserialize", "validate", "disassemble", "dtype_to_dl", "dtype_from_dl", "dtype_nbytes",
+           "serialize", "write_blob", "write_pieces", "layout", "deserialize", "validate", "disassemble", "dtype_to_dl", "dtype_from_dl", "dtype_nbytes", "tensor_nbytes",
            "MAGIC", "FORMAT_VERSION", "ALIGN"]

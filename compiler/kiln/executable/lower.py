@@ -39,8 +39,8 @@ from ..ir.expr import Var
 from ..ir.function import IRModule, PrimFunc
 from ..ir.graph import (BUILTIN_OPS, Call, Constant, ExternFunc, Function, GlobalVar, GraphExpr, GraphVar,
                         TensorType, Tuple as GTuple, TupleGetItem, TupleType)
-from .format import (RESERVED_NAMES, ExecutableSpec, FunctionSpec, Instruction, Op, ParamSpec, dtype_nbytes,
-                     dtype_to_dl)
+from .format import (RESERVED_NAMES, ExecutableSpec, FunctionSpec, Instruction, Op, ParamSpec,
+                     dtype_to_dl, tensor_nbytes)
 from .plan import Alloc, MemoryPlan, plan_memory
 
 
@@ -277,7 +277,7 @@ class _FunctionLowering:
                 shape = None if None in ub else tuple(ub)
             if k in escaping or shape is None:
                 continue  # returned, or sized by unbounded symbolic dims: ALLOC_OUTPUT
-            nbytes = int(np.prod(shape, dtype=np.int64)) * dtype_nbytes(ty.dtype)
+            nbytes = tensor_nbytes(ty.dtype, shape)   # sub-byte dtypes packed
             allocs.append(Alloc(k, nbytes, first[k], last[k]))
         self.arena_ids = {a.key for a in allocs}
         self.plan = plan_memory(allocs)

@@ -12,12 +12,16 @@ import re
 import numpy as np
 
 SCALAR_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
-                 "float16", "float32", "float64")
+                 "float16", "float32", "float64") + ("int4", "uint4", "int2", "uint2")
+# Sub-byte integers: packed in tensors (two int4 or four int2 to a byte, the first element in
+# the lowest bits, as ONNX and DLPack pack them), one element per register in kernels; numpy
+# holds them as ml_dtypes' one-byte-per-element types. They have no vector (lanes) form.
+SUBBYTE_DTYPES = ("int4", "uint4", "int2", "uint2")
 # The dtype of loop variables and buffer indices unless the program says otherwise.
 INDEX_DTYPE = "int32"
 
 _PATTERN = re.compile(r"^(bool|int8|int16|int32|int64|uint8|uint16|uint32|uint64|float16|float32|float64)"
-                      r"(?:x(\d+))?$")
+                      r"(?:x(\d+))?$|^(int4|uint4|int2|uint2)$")
 
 
 def check(dtype: str) -> str:
@@ -36,6 +40,11 @@ def element(dtype: str) -> str:
 def lanes(dtype: str) -> int:
     m = _PATTERN.match(check(dtype))
     return int(m.group(2)) if m.group(2) else 1
+
+
+def is_subbyte(dtype: str) -> bool:
+    """Whether elements of ``dtype`` are packed several to a byte (int4/uint4/int2/uint2)."""
+    return element(dtype) in SUBBYTE_DTYPES
 
 
 def with_lanes(dtype: str, n: int) -> str:
@@ -66,7 +75,11 @@ def is_bool(dtype: str) -> bool:
 
 
 def to_numpy(dtype: str) -> np.dtype:
-    return np.dtype(element(dtype))
+    e = element(dtype)
+    if e in SUBBYTE_DTYPES:
+        import ml_dtypes  # numpy has no 4- or 2-bit integers
+        return np.dtype(getattr(ml_dtypes, e))
+    return np.dtype(e)
 
 
 def from_numpy(dt) -> str:

@@ -43,7 +43,8 @@ _CODE_OF_PREFIX = {
     "bool": lib.kDLBool,
 }
 _PREFIX_OF_CODE = {code: prefix for prefix, code in _CODE_OF_PREFIX.items()}
-_BITS = {"int": (8, 16, 32, 64), "uint": (8, 16, 32, 64), "float": (16, 32, 64),
+# int4/uint4/int2/uint2 are packed several to a byte (kiln.subbyte); numpy holds them as ml_dtypes'.
+_BITS = {"int": (2, 4, 8, 16, 32, 64), "uint": (2, 4, 8, 16, 32, 64), "float": (16, 32, 64),
          "bfloat": (16,), "complex": (64, 128), "bool": (8,)}
 _DTYPE = re.compile(r"(bool|[a-z]+)(\d*)(?:x(\d+))?")
 
@@ -58,7 +59,7 @@ def parse_dtype(dtype):
     m = _DTYPE.fullmatch(dtype)
     prefix, bits, lanes = m.groups() if m else (None, None, None)
     bits = int(bits or (8 if prefix == "bool" else 0))
-    if prefix not in _BITS or bits not in _BITS[prefix] or lanes == "0":
+    if prefix not in _BITS or bits not in _BITS[prefix] or lanes == "0" or (bits < 8 and lanes):
         raise ValueError(f"unsupported dtype {dtype!r}")
     return _CODE_OF_PREFIX[prefix], bits, int(lanes or 1)
 
