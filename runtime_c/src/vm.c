@@ -103,7 +103,7 @@ static kiln_status_t alloc_tensor(vm_module_t* vm, const kiln_vm_function_t* f, 
   if (!arena && vm->arena) {
     uint64_t nbytes = 0;
     size_t head = ALIGN_UP(kiln_tensor_embedded_size(ndim));
-    if (!kiln_vm_shape_nbytes(shape, ndim, ((uint64_t)dtype.bits * dtype.lanes + 7) / 8, &nbytes) ||
+    if (!kiln_vm_shape_nbytes(shape, ndim, (uint64_t)dtype.bits * dtype.lanes, &nbytes) ||
         nbytes > SIZE_MAX - head)
       return kiln_error(KILN_ERR_SHAPE_MISMATCH, "%s: instruction %u (ALLOC_OUTPUT): the output's "
                         "size overflows", f->name, (unsigned)pc);
@@ -116,7 +116,7 @@ static kiln_status_t alloc_tensor(vm_module_t* vm, const kiln_vm_function_t* f, 
   } else {
     uint64_t offset = (uint64_t)in->ops[1], nbytes = 0;
     if (in->symbolic &&
-        (!kiln_vm_shape_nbytes(shape, ndim, ((uint64_t)dtype.bits * dtype.lanes + 7) / 8, &nbytes) ||
+        (!kiln_vm_shape_nbytes(shape, ndim, (uint64_t)dtype.bits * dtype.lanes, &nbytes) ||
          offset > f->arena_size || nbytes > f->arena_size - offset)) {
       char s[KILN_SHAPE_STRING];
       kiln_format_shape(s, sizeof s, shape, ndim, NULL);
@@ -586,7 +586,7 @@ static kiln_status_t arena_need(const kiln_vm_program_t* prog, const kiln_vm_fun
       const int64_t* dt = in->ops + 1;
       uint64_t nbytes = 0;
       if (in->symbolic ||
-          !kiln_vm_shape_nbytes(dt + 4, (int32_t)dt[3], ((uint64_t)dt[1] * (uint64_t)dt[2] + 7) / 8, &nbytes))
+          !kiln_vm_shape_nbytes(dt + 4, (int32_t)dt[3], (uint64_t)dt[1] * (uint64_t)dt[2], &nbytes))
         return kiln_error(KILN_ERR_UNSUPPORTED, "%s: an output of symbolic shape cannot be placed "
                           "in a caller's arena", f->name);
       n += ALIGN_UP(kiln_tensor_embedded_size((int32_t)dt[3])) + ALIGN_UP(nbytes) + KILN_ALIGNMENT;

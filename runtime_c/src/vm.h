@@ -91,9 +91,10 @@ void kiln_vm_program_free(kiln_vm_program_t* program);
 /* "LOAD_CONST" ... "FREE", or "opcode?" for others. */
 const char* kiln_vm_opcode_name(uint32_t op);
 
-/* Sets *out_nbytes to the bytes of a compact tensor of `shape` (extents >= 0) and element size
- * `elem_bytes` and returns 1; returns 0 when that does not fit in size_t. */
-int kiln_vm_shape_nbytes(const int64_t* shape, int64_t ndim, uint64_t elem_bytes,
+/* Sets *out_nbytes to the bytes of a compact tensor of `shape` (extents >= 0) whose elements
+ * are `elem_bits` wide (bits * lanes), ceil(numel * elem_bits / 8): sub-byte elements (int4,
+ * int2) are packed. Returns 1; returns 0 when the size in bits does not fit in size_t. */
+int kiln_vm_shape_nbytes(const int64_t* shape, int64_t ndim, uint64_t elem_bits,
                          uint64_t* out_nbytes);
 
 #endif /* KILN_VM_H_ */

@@ -42,16 +42,16 @@ static uint64_t load_le(const uint8_t* p, unsigned n) {
   return v;
 }
 
-int kiln_vm_shape_nbytes(const int64_t* shape, int64_t ndim, uint64_t elem_bytes,
+int kiln_vm_shape_nbytes(const int64_t* shape, int64_t ndim, uint64_t elem_bits,
                          uint64_t* out_nbytes) {
-  uint64_t n = elem_bytes;
+  uint64_t n = elem_bits;
   for (int64_t d = 0; d < ndim; ++d)
     if (shape[d] == 0) n = 0;
   for (int64_t d = 0; d < ndim && n; ++d) {
     if ((uint64_t)shape[d] > (uint64_t)SIZE_MAX / n) return 0;
     n *= (uint64_t)shape[d];
   }
-  *out_nbytes = n;
+  *out_nbytes = (n + 7) / 8; /* sub-byte elements are packed */
   return 1;
 }
 
@@ -435,7 +435,7 @@ static kiln_status_t load_constants(kiln_vm_program_t* p, const uint8_t* blob, u
     if (offset > size || nbytes > size - offset)
       return fail(&c, BAD, "data_offset 0x%llx + nbytes %llu exceeds blob size %llu",
                   (unsigned long long)offset, (unsigned long long)nbytes, (unsigned long long)size);
-    if (!kiln_vm_shape_nbytes(shape, (int64_t)ndim, elem_bytes(dtype.bits, dtype.lanes), &expected) ||
+    if (!kiln_vm_shape_nbytes(shape, (int64_t)ndim, (uint64_t)dtype.bits * dtype.lanes, &expected) ||
         expected != nbytes) {
       char s[KILN_SHAPE_STRING], t[KILN_SMALL_STRING];
       kiln_format_shape(s, sizeof s, shape, (int32_t)ndim, NULL);
@@ -517,7 +517,7 @@ static kiln_status_t check_alloc(const where_t* w, kiln_vm_instr_t* in, size_t* 
     in->symbolic |= dims[d] < 0;
   }
   uint64_t esize = elem_bytes((uint8_t)dt[1], (uint16_t)dt[2]), nbytes = 0;
-  if (!in->symbolic && !kiln_vm_shape_nbytes(dims, ndim, esize, &nbytes))
+  if (!in->symbolic && !kiln_vm_shape_nbytes(dims, ndim, (uint64_t)dt[1] * (uint64_t)dt[2], &nbytes))
     return code_fail(w, "the tensor's size overflows");
   if (!arena) return KILN_OK;
   int64_t offset = o[1];

@@ -32,7 +32,10 @@ Shape = Tuple[PrimExpr, ...]
 FLOAT_DTYPES = ("float16", "float32", "float64")
 INT_DTYPES = ("int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64")
 NUMERIC_DTYPES = INT_DTYPES + FLOAT_DTYPES
-ALL_DTYPES = ("bool",) + NUMERIC_DTYPES
+# The packed sub-byte integers (int4, uint4, int2, uint2): moved, compared and cast like any
+# tensor (cast and the data-movement operators), but no arithmetic works on them directly:
+# frontends cast them to a wider type first, as ONNX's own operators do.
+ALL_DTYPES = ("bool",) + NUMERIC_DTYPES + dt.SUBBYTE_DTYPES
 
 
 # ---- formatting -----------------------------------------------------------------------------

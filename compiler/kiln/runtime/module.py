@@ -5,7 +5,8 @@ import sys
 
 from ._base import KilnError, check, ffi, lib
 from .device import Device
-from .ndarray import NDArray, from_dlpack
+from .. import subbyte
+from .ndarray import NDArray, array, from_dlpack
 
 
 class Function:
@@ -138,6 +139,11 @@ def to_value(arg, value, keep, where):
         keep.append(tup)
         value.kind = lib.KILN_VALUE_TUPLE
         value.u.tuple = tup
+    elif _is_subbyte_numpy(arg):   # numpy cannot export these through DLPack: packed in a copy
+        tensor = array(arg)
+        keep.append(tensor)
+        value.kind = lib.KILN_VALUE_TENSOR
+        value.u.tensor = tensor._handle
     elif hasattr(arg, "__dlpack__"):
         tensor = from_dlpack(arg)
         keep.append(tensor)
@@ -145,6 +151,12 @@ def to_value(arg, value, keep, where):
         value.u.tensor = tensor._handle
     else:
         raise TypeError(f"{where()} has unsupported type {type(arg).__name__}")
+
+
+def _is_subbyte_numpy(arg):
+    """Whether ``arg`` is a numpy array of ml_dtypes' int4/uint4/int2/uint2."""
+    np = sys.modules.get("numpy")
+    return np is not None and isinstance(arg, np.ndarray) and subbyte.is_subbyte(arg.dtype)
 
 
 def _is_numpy_scalar(arg, kind):

@@ -3,6 +3,7 @@ frameworks through DLPack without copies."""
 
 import ctypes
 
+from .. import subbyte
 from ._base import check, dtype_name, ffi, lib, parse_dtype
 from .device import Device, cpu
 
@@ -68,6 +69,11 @@ class NDArray:
         if self._dl.device.device_type == lib.kDLCUDA:   # GPU memory: always a copy
             from .cuda_device import to_numpy
             return to_numpy(self)
+        if subbyte.is_subbyte(self.dtype):   # packed in memory: numpy's are a byte each
+            if not copy:
+                raise BufferError(f"numpy(copy=False): {self.dtype} elements are packed several to "
+                                  "a byte; numpy can only hold a copy")
+            return subbyte.unpack(ffi.buffer(self._dl.data, self.nbytes), self.dtype, self.shape)
         view = np.from_dlpack(self)
         return view.copy() if copy else view
 
@@ -78,6 +84,10 @@ class NDArray:
         source = np.asarray(source)
         if source.shape != self.shape:
             raise ValueError(f"copyfrom: shape {source.shape} does not match {self.shape}")
+        if subbyte.is_subbyte(self.dtype):
+            packed = subbyte.pack(source.astype(subbyte.numpy_dtype(self.dtype)))
+            ffi.memmove(self._dl.data, packed, packed.nbytes)
+            return self
         np.copyto(self.numpy(copy=False), source, casting="same_kind")
         return self
 
@@ -176,6 +186,8 @@ def array(obj, dtype=None, device=None):
     if not source.dtype.isnative:
         source = source.astype(source.dtype.newbyteorder("="))
     result = empty(source.shape, source.dtype, device)
+    if subbyte.is_subbyte(source.dtype):   # ml_dtypes' int4...: one element a byte, packed here
+        return result.copyfrom(source)
     if source.flags.c_contiguous:  # the common case: one memcpy into the compact new array
         ffi.memmove(result._dl.data, source, source.nbytes)
         return result

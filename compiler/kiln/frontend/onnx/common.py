@@ -193,6 +193,8 @@ def dtype(e: GraphExpr) -> str:
 
 ONNX_DTYPES = {1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: "int32", 7: "int64",
                9: "bool", 10: "float16", 11: "float64", 12: "uint32", 13: "uint64"}
+# The packed sub-byte integers (kiln.subbyte).
+ONNX_DTYPES.update({21: "uint4", 22: "int4", 25: "uint2", 26: "int2"})
 
 
 def kiln_dtype(elem_type: int, what="") -> str:

@@ -14,6 +14,7 @@ from ...ir import dtype as dt
 from .common import Unsupported, converter, dtype, kiln_dtype, ndim, norm_axis, scalar_like, static_shape
 
 _RANGES = {"uint8": (0, 255), "int8": (-128, 127), "int16": (-32768, 32767)}
+_RANGES.update({"uint4": (0, 15), "int4": (-8, 7), "uint2": (0, 3), "int2": (-2, 1)})
 
 
 def _broadcastable(ctx, v, x, axis, block):
