@@ -25,6 +25,15 @@ extern "C" {
 #define KILN_KERNEL_ABI_VERSION 3u /* 3 added derived dimensions */
 #define KILN_LIBRARY_INFO_SYMBOL "kiln_library_info"
 
+/* Optional: a library whose code needs CPU features beyond its architecture's baseline (x86-64:
+ * AVX, AVX-512, ...) also exports KILN_CPU_CHECK_SYMBOL, a kiln_cpu_check_fn variable. The
+ * function it points to reads the CPU (CPUID, XGETBV) and returns NULL when the machine has every
+ * feature the code needs, else a message naming the first one it lacks. kiln_module_load_library
+ * calls it right after dlopen, before anything else in the library runs, and refuses the library
+ * with that message (KILN_ERR_UNSUPPORTED). */
+#define KILN_CPU_CHECK_SYMBOL "kiln_cpu_check"
+typedef const char* (*kiln_cpu_check_fn)(void);
+
 /* Body of one parallel loop, outlined by codegen. Runs the iterations of chunk `task` out of
  * `num_tasks` (the kernel splits its iteration space evenly: chunk t covers
  * [t*extent/num_tasks, (t+1)*extent/num_tasks)). Returns 0 on success. */

@@ -27,7 +27,8 @@ typedef struct {
 
 /* ---- validation of the library table -------------------------------------------------------- */
 
-/* The dtypes codegen emits (kiln_kernel_abi.h): scalar ints, floats and bools. */
+/* The dtypes codegen emits (kiln_kernel_abi.h): scalar ints, floats, bools, and the narrow floats
+ * bfloat16 and float8 (held as bits; kernels convert them). */
 int kiln_dtype_supported(uint8_t code, uint8_t bits, uint16_t lanes, int allow_vector) {
   if (lanes == 0 || (lanes != 1 && !allow_vector)) return 0;
   switch (code) {
@@ -37,10 +38,12 @@ int kiln_dtype_supported(uint8_t code, uint8_t bits, uint16_t lanes, int allow_v
     case kDLFloat: return bits == 16 || bits == 32 || bits == 64;
     case kDLBfloat: return bits == 16;
     case kDLBool: return bits == 8;
-    default: return 0;
+    /* float8 e4m3fn, e4m3fnuz, e5m2, e5m2fnuz, e8m0fnu: consecutive codes (one compare, no table) */
+    default: return code >= kDLFloat8_e4m3fn && code <= kDLFloat8_e8m0fnu && bits == 8;
   }
 }
 
+KILN_COLD
 static kiln_status_t validate_param(const char* src, int32_t k, const kiln_kernel_info_t* kernel,
                                     int32_t index) {
   const kiln_kernel_param_t* p = &kernel->params[index];
@@ -72,6 +75,7 @@ static kiln_status_t validate_param(const char* src, int32_t k, const kiln_kerne
   return KILN_OK;
 }
 
+KILN_COLD
 static kiln_status_t validate_kernel(const char* src, const kiln_library_info_t* info, int32_t k) {
   const kiln_kernel_info_t* kernel = &info->kernels[k];
   const kiln_status_t bad = KILN_ERR_INVALID_FORMAT;
@@ -112,6 +116,7 @@ static kiln_status_t validate_kernel(const char* src, const kiln_library_info_t*
   return KILN_OK;
 }
 
+KILN_COLD
 static kiln_status_t validate_library(const char* src, const kiln_library_info_t* info) {
   if (info->abi_version != KILN_KERNEL_ABI_VERSION)
     return kiln_error(KILN_ERR_VERSION_MISMATCH,

@@ -54,6 +54,15 @@ kiln_status_t kiln_platform_library_open(const char* path, void** out_handle) {
     return kiln_error(KILN_ERR_IO, "cannot load library '%s': %s", path,
                       reason ? reason : "unknown reason");
   }
+  /* Code built for CPU features this machine lacks would die of SIGILL at its first call: the
+   * library's own check (kiln_kernel_abi.h; codegen emits it for x86-64) says which is missing. */
+  const kiln_cpu_check_fn* check = dlsym(handle, KILN_CPU_CHECK_SYMBOL);
+  const char* lacks = check ? (*check)() : NULL;
+  if (lacks) {
+    kiln_status_t st = kiln_error(KILN_ERR_UNSUPPORTED, "%s", lacks); /* before `lacks` goes */
+    dlclose(handle);
+    return st;
+  }
   *out_handle = handle;
   return KILN_OK;
 }
