@@ -341,6 +341,10 @@ def cmd_inspect(args) -> int:
     print(f"library:   {args.library} ({_fmt_bytes(os.path.getsize(args.library))})")
     print(f"target:    {spec.target}")
     print(f"writer:    {spec.writer or 'not recorded (written before kiln 0.1.0 recorded it)'}")
+    from .codegen.cpu_features import read_library_features
+    features = read_library_features(args.library)
+    print("cpu:       " + ("not recorded (built before Kiln recorded CPU features)" if features is None
+                            else ", ".join(features) or "the architecture's baseline only"))
     print(f"constants: {len(spec.constants)} ({_fmt_bytes(const_bytes)})")
     print(f"arena:     {_fmt_bytes(sum(f.arena_size for f in spec.functions))}")
     print(f"functions: {len(spec.functions)}")

@@ -32,8 +32,8 @@ int kiln_dtype_supported(uint8_t code, uint8_t bits, uint16_t lanes, int allow_v
   if (lanes == 0 || (lanes != 1 && !allow_vector)) return 0;
   switch (code) {
     case kDLInt:
-    case kDLUInt: return bits == 8 || bits == 16 || bits == 32 || bits == 64 ||
-                         ((bits == 4 || bits == 2) && lanes == 1); /* packed int4/int2 */
+    case kDLUInt: /* 8-64 bits; packed int4/int2 (2, 4) scalar only */
+      return (bits & (bits - 1)) == 0 && bits >= (lanes == 1 ? 2 : 8) && bits <= 64;
     case kDLFloat: return bits == 16 || bits == 32 || bits == 64;
     case kDLBfloat: return bits == 16;
     case kDLBool: return bits == 8;

@@ -70,6 +70,7 @@ public final class ErrorsJava {
         check("truncated_library", () -> KilnModule.load(p("truncated.so")));
         check("not_a_kiln_library", () -> KilnModule.load(p("not_kiln.so")));
         check("foreign_isa", () -> KilnModule.load(p("foreign_isa.so")));
+        check("missing_cpu_feature", () -> KilnModule.load(p("cpu_feature.so")));
         check("kernel_abi_version", () -> KilnModule.load(p("bad_abi.so")));
         check("newer_format", () -> vm("newer_format.so").close());
         check("corrupt_blob", () -> vm("corrupt_blob.so").close());

@@ -42,6 +42,10 @@ CASES = [
          "kiln_library_info"),
     Case("foreign_isa", "a model .so for another CPU architecture (e_machine AArch64)",
          "invalid format", "AArch64"),
+    Case("missing_cpu_feature", "a model .so compiled for a CPU feature this CPU lacks (the first "
+         "of amx-tile, avx10.2, amx-complex, xop, fma4, sse4a it lacks, shown as `<feature>`)",
+         "unsupported",
+         "needs the CPU feature <feature>, which this CPU lacks"),
     Case("kernel_abi_version", "a kernel library of another kernel ABI version", "version mismatch",
          "ABI version 99"),
     # ---- the executable blob -----------------------------------------------------------------
@@ -118,6 +122,17 @@ CASES = [
 
 BINDINGS = ("python", "c", "cpp", "java")
 
+# x86-64 features of which every CPU lacks at least one (AMX is Intel's, XOP and FMA4 AMD's
+# Bulldozer family's), in the order tried for the missing_cpu_feature case.
+LACKING_CANDIDATES = ("amx-tile", "avx10.2", "amx-complex", "xop", "fma4", "sse4a")  # as CASES says
+
+
+def lacking_feature() -> str:
+    """The first of LACKING_CANDIDATES this machine lacks (LLVM's reading of the host CPU)."""
+    from kiln.codegen.target import host_target
+    host = {e[1:] for e in host_target().features.split(",") if e.startswith("+")}
+    return next(f for f in LACKING_CANDIDATES if f not in host)
+
 
 # ---- artifacts ---------------------------------------------------------------------------------
 
@@ -133,7 +148,9 @@ def build_artifacts(out: pathlib.Path, model_manifest) -> pathlib.Path:
     (main(flag: bool[], x: float32[2, 4])), extern.so (calls 'test.not_registered'),
     kernels.so (tests/runtime/fixture_kernels.c: kernel 'main'(A, B) writing B, no executable),
     bad_abi.so, not_elf.so, truncated.so, not_kiln.so, foreign_isa.so, newer_format.so,
-    corrupt_blob.so, mlp_blob.bin (mlp.so's executable blob) and malformed.onnx."""
+    corrupt_blob.so, mlp_blob.bin (mlp.so's executable blob), malformed.onnx, and
+    cpu_feature.so (the MLP compiled for x86-64-v2 plus ``lacking_feature()``, whose name is
+    written to cpu_feature.txt)."""
     import kiln
     from kiln.ir import FunctionBuilder, GraphVar, IRModule, TensorType, call_dps_packed
 
@@ -161,6 +178,12 @@ def build_artifacts(out: pathlib.Path, model_manifest) -> pathlib.Path:
     size = int.from_bytes(mlp[at + 16:at + 24], "little")
     _patch(out / "mlp.so", out / "corrupt_blob.so", at + 16, (size + 64).to_bytes(8, "little"))
     (out / "mlp_blob.bin").write_bytes(mlp[at:at + size])
+    import reliability_models
+    feature = lacking_feature()
+    mod, _ = reliability_models._module("mlp")
+    kiln.compile(mod, f"llvm -mcpu=x86-64-v2 -mattr=+{feature}", pipeline="zero") \
+        .export_library(str(out / "cpu_feature.so"))
+    (out / "cpu_feature.txt").write_text(feature)
     return out
 
 
@@ -202,6 +225,7 @@ def run_python(d: pathlib.Path) -> str:
     case("truncated_library", lambda: load_module(str(d / "truncated.so")))
     case("not_a_kiln_library", lambda: load_module(str(d / "not_kiln.so")))
     case("foreign_isa", lambda: load_module(str(d / "foreign_isa.so")))
+    case("missing_cpu_feature", lambda: load_module(str(d / "cpu_feature.so")))
     case("kernel_abi_version", lambda: load_module(str(d / "bad_abi.so")))
     case("newer_format", lambda: vm("newer_format.so"))
     case("corrupt_blob", lambda: vm("corrupt_blob.so"))

@@ -120,6 +120,7 @@ int main(int argc, char** argv) {
   report("truncated_library", load("truncated.so"));
   report("not_a_kiln_library", load("not_kiln.so"));
   report("foreign_isa", load("foreign_isa.so"));
+  report("missing_cpu_feature", load("cpu_feature.so"));
   report("kernel_abi_version", load("bad_abi.so"));
   report("newer_format", load_vm("newer_format.so", 0, NULL));
   report("corrupt_blob", load_vm("corrupt_blob.so", 0, NULL));

@@ -64,6 +64,7 @@ int main(int argc, char** argv) {
   Case("truncated_library", [] { Module::Load(P("truncated.so")); });
   Case("not_a_kiln_library", [] { Module::Load(P("not_kiln.so")); });
   Case("foreign_isa", [] { Module::Load(P("foreign_isa.so")); });
+  Case("missing_cpu_feature", [] { Module::Load(P("cpu_feature.so")); });
   Case("kernel_abi_version", [] { Module::Load(P("bad_abi.so")); });
   Case("newer_format", [] { Vm("newer_format.so"); });
   Case("corrupt_blob", [] { Vm("corrupt_blob.so"); });

@@ -91,6 +91,9 @@ def output(request, artifacts, asan_runtime):
             else:
                 text = _output_java(artifacts, request.getfixturevalue("java_build"))
             rows = {}
+            # The feature the missing_cpu_feature model needs depends on the host's CPU.
+            feature = (artifacts / "cpu_feature.txt").read_text()
+            text = text.replace(f"CPU feature {feature},", "CPU feature <feature>,")
             for line in text.replace(str(artifacts), "<dir>").splitlines():
                 name, status, message = line.split("\t", 2)
                 assert name not in rows, f"{binding}: case {name} printed twice"
@@ -142,8 +145,9 @@ def _render(outputs) -> str:
         "`status_name`, `str(e)`); Java throws `ai.kiln.KilnException` (`getStatus()`,",
         "`getStatusName()`, `getMessage()`). An error a binding detects itself before calling the",
         "runtime is shown with its exception class instead of a status. *n/a*: the binding cannot",
-        "express the input (why is given). `<dir>` is the directory of the test artifacts; numbers",
-        "(offsets, sizes, addresses) are from the machine that last wrote this page.",
+        "express the input (why is given). `<dir>` is the directory of the test artifacts, and",
+        "`<feature>` a CPU feature the machine lacks (`amx-tile` on an Intel Xeon without AMX);",
+        "numbers (offsets, sizes, addresses) are from the machine that last wrote this page.",
         "",
         f"{len(CASES)} cases.",
         "",

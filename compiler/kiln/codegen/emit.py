@@ -116,12 +116,14 @@ def _new_module(name: str, target: Target) -> ir.Module:
 
 def library_table(kernels: List[KernelInfo], target) -> str:
     """LLVM IR text of a module holding only ``kiln_library_info`` for ``kernels``, whose entry
-    points it declares (they are defined in the kernels' own objects)."""
+    points it declares (they are defined in the kernels' own objects), and the CPU features
+    the library needs with their load-time check (``kiln.codegen.cpu_features``)."""
+    from .cpu_features import library_ir
     target = parse_target(target)
     module = _new_module("kiln_table", target)
     declared = [replace(k, fn=ir.Function(module, ENTRY_FN, k.symbol)) for k in kernels]
     emit_library_info(module, declared)
-    return str(module)
+    return str(module) + "\n" + library_ir(target)
 
 
 def _parse(text: str, what: str):

@@ -13,6 +13,9 @@ def init_llvm() -> None:
     # All targets, not only the native one: cross compilation needs the others' backends.
     llvm.initialize_all_targets()
     llvm.initialize_all_asmprinters()
+    # The native assembler parses inline asm (the CPUID check of x86-64 libraries,
+    # kiln.codegen.cpu_features); without it LLVM aborts the process on inline asm.
+    llvm.initialize_native_asmparser()
 
 
 def target_machine(triple: str, cpu: str, features: str, opt: int = 3):

@@ -44,13 +44,42 @@ def symbol_names(name: str) -> Dict[str, str]:
             "create": p + "create"}
 
 
+# KILN_ERR_UNSUPPORTED of kiln_runtime.h: the status of a model whose CPU features are missing.
+_ERR_UNSUPPORTED = 0x14
+
+
+def _cpu_check_ir(target, name: str, syms: Dict[str, str]) -> str:
+    """LLVM IR text of the internal CPU check ``create`` calls first (``kiln.codegen.cpu_features``;
+    empty when the target gets none)."""
+    from ..codegen.cpu_features import (can_check, check_function_ir, missing_message,
+                                        required_features)
+    feats = required_features(target)
+    if not (feats and can_check(target)):
+        return ""
+    return check_function_ir(feats, syms["create"] + ".cpu_missing",
+                             lambda f, os_disabled: missing_message(f, target.cpu, os_disabled,
+                                                                    what=f"model '{name}'"))
+
+
 def _glue_ir(blob: Optional[bytes], size: int, syms: Dict[str, str], triple: str,
-             data_layout: str) -> str:
+             data_layout: str, cpu_check: str = "") -> str:
     """LLVM IR text: the entry point calling kiln_module_from_static and, when ``blob`` is
     given, the blob and its size (else they are declared: another object defines them). The
     blob initializer is written as text (every byte as \\XX) for speed, as
-    ``blob_object.llvm_blob_object``."""
+    ``blob_object.llvm_blob_object``. ``cpu_check`` (``_cpu_check_ir``): the entry point first
+    refuses a machine without the model's CPU features (KILN_ERR_UNSUPPORTED, the message set
+    with kiln_set_last_error)."""
     n = size
+    check_decl = check_call = ""
+    if cpu_check:
+        check_decl = f"declare i32 @kiln_set_last_error(i32, ptr)\n{cpu_check}\n"
+        check_call = (f"  %lacks = call ptr @{syms['create']}.cpu_missing()\n"
+                      f"  %refused = icmp ne ptr %lacks, null\n"
+                      f"  br i1 %refused, label %refuse, label %make\n"
+                      f"refuse:\n"
+                      f"  %st = call i32 @kiln_set_last_error(i32 {_ERR_UNSUPPORTED}, ptr %lacks)\n"
+                      f"  ret i32 %st\n"
+                      f"make:\n")
     if blob is None:
         data = f"""@{syms['blob']} = external constant i8
 @{syms['blob_size']} = external constant i64"""
@@ -69,9 +98,9 @@ target datalayout = "{data_layout}"
 {data}
 
 declare i32 @kiln_module_from_static(ptr, ptr, i64, ptr)
-
+{check_decl}
 define i32 @{syms['create']}(ptr %out) {{
-  %r = call i32 @kiln_module_from_static(ptr @{syms['info']}, ptr @{syms['blob']}, i64 {n}, ptr %out)
+{check_call}  %r = call i32 @kiln_module_from_static(ptr @{syms['info']}, ptr @{syms['blob']}, i64 {n}, ptr %out)
   ret i32 %r
 }}
 """
@@ -139,9 +168,16 @@ def _header(ex, name: str, syms: Dict[str, str]) -> str:
         args = ", ".join(f"{p.name}: {p.dtype}[{', '.join(str(d) for d in p.shape)}]" for p in f.params)
         lines.append(f" *   {f.name}({args})")
     sigs = "\n".join(lines) or " *   (none)"
+    from ..codegen.cpu_features import required_features
+    import textwrap
+    features = textwrap.fill(", ".join(required_features(ex._static_source[1]))
+                             or "none beyond the architecture's baseline", 96,
+                             initial_indent=" *   ", subsequent_indent=" *   ")
     return f"""/*
  * {name}.h: the Kiln model "{name}", exported by Executable.export_static for static linking.
  * Generated; do not edit. Target: {ex.spec.target}
+ * CPU features the code needs (checked by {syms['create']}):
+{features}
  *
  * Build with the Kiln runtime; `kiln config` prints its flags (the static runtime and the
  * system libraries it needs, and the include path of kiln_runtime.h):
@@ -174,7 +210,9 @@ extern const uint64_t {syms['blob_size']};
  * {syms['blob_size']}, out_module). Call its "load_executable" for the VM, then "init" and the
  * graph functions. *out_module is one reference owned by the caller (kiln_module_release); it
  * is written on success only. Errors: as kiln_module_from_static (KILN_ERR_VERSION_MISMATCH when
- * linked with a runtime of another kernel ABI), message in kiln_last_error(). Thread-safe. */
+ * linked with a runtime of another kernel ABI); on x86-64, KILN_ERR_UNSUPPORTED when this CPU
+ * lacks one of the features above (checked first, with CPUID); message in kiln_last_error().
+ * Thread-safe. */
 kiln_status_t {syms['create']}(kiln_module_t** out_module);
 
 #ifdef __cplusplus
@@ -252,7 +290,8 @@ def export_static(ex, directory: Union[str, os.PathLike], name: str = "model",
     machine = elf_machine(target.triple)
     size, pieces = layout(ex.spec)   # the blob in pieces, constants as views
     glue = llvm.parse_assembly(_glue_ir(serialize(ex.spec) if machine is None else None, size, syms,
-                                        llmod.triple, str(llmod.data_layout)))
+                                        llmod.triple, str(llmod.data_layout),
+                                        _cpu_check_ir(target, name, syms)))
     glue.verify()
     llmod.link_in(glue)
     llmod.verify()
