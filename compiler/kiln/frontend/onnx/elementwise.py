@@ -143,8 +143,10 @@ def identity(ctx, node, ins, attrs):
     x = ins[0]
     if node.op_type == "Dropout" and len(ins) > 2 and ins[2] is not None:
         tm = ctx.need_value(ins[2], "training_mode")
-        if bool(tm):
-            raise Unsupported("training_mode=True is not supported")
+        ratio = ctx.need_value(ins[1], "ratio") if bool(tm) and ins[1] is not None else 0.5
+        if bool(tm) and float(np.asarray(ratio)) != 0:  # ratio 0 keeps every element, scale 1
+            raise Unsupported("training_mode=True with a nonzero ratio draws a random mask; Kiln "
+                              "has no random number generator")
     if node.op_type == "Dropout" and len(node.output) > 1:
         return [x, ctx.op("broadcast_to", ctx.const(np.ones((), bool)), shape=tuple(dim(s) for s in x.ty.shape))]
     return x

@@ -160,10 +160,25 @@ def matmul(ctx, node, ins, attrs):
 
 @converter("BatchNormalization", since=1)
 def batch_norm(ctx, node, ins, attrs):
-    if attrs.get("training_mode", 0) or len([o for o in node.output if o]) > 1:
-        raise Unsupported("training mode (extra outputs) is not supported")
     x, s, b, m, v = ins[:5]
-    return ctx.op("batch_norm", x, s, b, m, v, axis=1, eps=attrs.get("epsilon", 1e-5))
+    eps = attrs.get("epsilon", 1e-5)
+    if attrs.get("training_mode", 0) or len([o for o in node.output if o]) > 1:
+        return _batch_norm_training(ctx, x, s, b, m, v, eps, attrs.get("momentum", 0.9))
+    return ctx.op("batch_norm", x, s, b, m, v, axis=1, eps=eps)
+
+
+def _batch_norm_training(ctx, x, s, b, m, v, eps, momentum):
+    """Normalised by the batch's own mean and (biased) variance over every axis but 1; the
+    running statistics come back updated: running * momentum + batch * (1 - momentum)."""
+    axes = tuple(a for a in range(ndim(x)) if a != 1)
+    mean = ctx.op("mean", x, axis=axes)
+    diff = ctx.op("subtract", x, ctx.op("mean", x, axis=axes, keepdims=True))
+    var = ctx.op("mean", ctx.op("multiply", diff, diff), axis=axes)
+    y = ctx.op("batch_norm", x, s, b, mean, var, axis=1, eps=eps)
+    keep, new = scalar_like(ctx, momentum, x), scalar_like(ctx, 1 - momentum, x)
+    run_mean = ctx.op("add", ctx.op("multiply", m, keep), ctx.op("multiply", mean, new))
+    run_var = ctx.op("add", ctx.op("multiply", v, keep), ctx.op("multiply", var, new))
+    return [y, run_mean, run_var]
 
 
 @converter("InstanceNormalization", since=1)
