@@ -1,8 +1,9 @@
 """ONNX models with symbolic dims compile once, with no shape_dict, and match onnxruntime at
 every size tried: the operators that size tensors from symbolic values (Range, Slice,
-Trilu, Resize, Expand, Tile, ConstantOfShape, Reshape(-1), Where), a dynamic-batch CNN and a
-GPT-2 decode step with past key/values exported from PyTorch, magika's model, and the
-``kiln compile`` command line on them."""
+Trilu, Resize, Expand, Tile, ConstantOfShape, Reshape(-1), Where; a conv after a Resize, Tile
+with repeats from shapes), a dynamic-batch CNN and a GPT-2 decode step with past key/values
+exported from PyTorch, magika's model, and the ``kiln compile`` command line on them; upper
+bounds (``from_onnx(bounds=)``, ``--bound``) plan the intermediates at the bound."""
 from __future__ import annotations
 
 import importlib.util
@@ -115,6 +116,22 @@ def test_tile_and_resize_over_a_symbolic_batch():
     check(m, [{"x": f32(b, 2, 3, 3)} for b in (1, 2, 5)])
 
 
+def test_tile_with_symbolic_repeats():
+    # repeats computed from shapes: x (2, 3) tiled (n, b) by y (b, n); x (b, 3) tiled (b, 2)
+    nodes, init = shape_of("y", "nb", 1, 0)
+    m = model(nodes + [h.make_node("Tile", ["x", "nb"], ["t"])], [("x", F, [2, 3]), ("y", F, ["b", "n"])],
+              [("t", F, None)], [init])
+    check(m, [{"x": f32(2, 3), "y": f32(b, n)} for b, n in ((1, 2), (3, 1), (2, 4))])
+    nodes, init = shape_of("x", "bb", 0)
+    nodes += [h.make_node("Concat", ["bb", "two"], ["reps"], axis=0), h.make_node("Tile", ["x", "reps"], ["t"])]
+    m = model(nodes, [("x", F, ["b", 3])], [("t", F, None)], [init, ("two", np.array([2], np.int64))])
+    check(m, [{"x": f32(b, 3)} for b in (1, 2, 5)])
+    # repeats that are data (a graph input): the output's size is not a function of shapes
+    m = model([h.make_node("Tile", ["x", "r"], ["t"])], [("x", F, [2, 3]), ("r", I64, [2])], [("t", F, None)])
+    with pytest.raises(Exception, match="repeats must be a constant"):
+        from_onnx(m)
+
+
 def test_resize_nearest_over_symbolic_spatial_dims():
     # an integer-scale nearest upsample of (1, 2, h, w): (h * 2, w * 3), derived dims
     nodes = [h.make_node("Resize", ["x", "", "scales"], ["r"], mode="nearest"), h.make_node("Relu", ["r"], ["y"])]
@@ -131,6 +148,36 @@ def test_conv_after_a_symbolic_resize():
     m = model(nodes, [("x", F, [1, 2, "h", "w"])], [("y", F, None)],
               [("scales", np.array([1, 1, 2, 2], np.float32)), ("w", f32(4, 2, 3, 3))])
     check(m, [{"x": f32(1, 2, a, b)} for a, b in ((3, 4), (5, 2))])
+
+
+def _bounded_model():
+    # (b, 16) -> relu -> matmul (16, 32) -> tanh: intermediates of (b, 16) and (b, 32)
+    nodes = [h.make_node("Relu", ["x"], ["r"]), h.make_node("MatMul", ["r", "w"], ["m"]),
+             h.make_node("Tanh", ["m"], ["y"])]
+    return model(nodes, [("x", F, ["batch-size", 16])], [("y", F, ["batch-size", 32])], [("w", f32(16, 32))])
+
+
+def test_from_onnx_bounds_plan_intermediates_at_the_bound(tmp_path):
+    m = _bounded_model()
+    mod, params = from_onnx(m, bounds={"batch-size": 8})  # the dim_param's name, as written
+    assert dict(mod["main"].attr("kiln.bounds")) == {"batch_size": 8}
+    mod = kiln.transform.bind_params("main", params)(mod)
+    ex = kiln.compile(kiln.get_pipeline("default")(mod), "llvm")
+    assert ex.spec.function("main").arena_size >= 8 * 16 * 4  # planned, not from the heap
+    vm = check(m, [{"x": f32(b, 16)} for b in (1, 8)], vm=kiln.VirtualMachine(ex, kiln.cpu()))
+    with pytest.raises(KilnError, match="'batch_size' = 9 exceeds its bound 8"):
+        vm["main"](f32(9, 16))
+    with pytest.raises(Exception, match="bounds: .*'seq'.*the symbolic dims are \\['batch_size'\\]"):
+        from_onnx(m, bounds={"seq": 4})
+    # the command line's --bound reaches the same place
+    path, out = tmp_path / "m.onnx", tmp_path / "m.so"
+    onnx.save(m, str(path))
+    run = subprocess.run([sys.executable, "-m", "kiln.cli", "compile", str(path), "-o", str(out), "--quiet",
+                          "--bound", "batch_size=4"], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert run.returncode == 0, run.stderr
+    vm = check(m, [{"x": f32(b, 16)} for b in (2, 4)], vm=kiln.VirtualMachine(str(out), kiln.cpu()))
+    with pytest.raises(KilnError, match="'batch_size' = 5 exceeds its bound 4"):
+        vm["main"](f32(5, 16))
 
 
 def test_shape_returned_and_used_as_float_at_run_time():

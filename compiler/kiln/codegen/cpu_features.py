@@ -7,10 +7,11 @@ Code compiled for AVX-512 dies of SIGILL at its first call on an AVX2 machine. S
   ``kiln inspect`` prints it), for every target;
 - on x86-64, ``kiln_cpu_check`` (``KILN_CPU_CHECK_SYMBOL`` of ``kiln_kernel_abi.h``): a pointer to
   a generated function that reads the CPU (CPUID, and XGETBV for the register state the OS
-  enables) and returns the name of the first needed feature this machine lacks, or NULL. The C
-  runtime calls it when it loads the library, before anything else in it runs, and refuses the
-  library naming the feature. The check lives in each library rather than in the runtime, which
-  has no room left in its 64 KB budget (docs/reliability.md).
+  enables) and returns NULL, or the message naming the first needed feature this machine lacks
+  (``missing_message``). The C runtime calls it right after dlopen, before anything else in the
+  library runs, and refuses the library with that message. The check lives in each library
+  rather than in the runtime, which has almost no room left in its 64 KB budget; a static
+  bundle's ``kiln_model_<name>_create`` runs the same check first (``kiln.executable.static``).
 
 Which features: those of the ``FEATURES`` table below (the SIMD and bit-manipulation extensions
 LLVM selects instructions from, AVX-512 and AMX included), as LLVM enables them for the target:

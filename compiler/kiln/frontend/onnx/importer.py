@@ -39,7 +39,7 @@ def _attrs(node) -> dict:
 
 
 def from_onnx(model, shape_dict: Optional[Dict[str, tuple]] = None, name: str = "main",
-              const_inputs: Optional[Dict[str, object]] = None):
+              const_inputs: Optional[Dict[str, object]] = None, bounds: Optional[Dict[str, int]] = None):
     """Import an ONNX model (a ``ModelProto`` or a path) as an IRModule with the graph
     function ``name`` and return ``(mod, params)``, params mapping initializer names to numpy
     arrays (bind them with ``kiln.transform.bind_params(name, params)``).
@@ -49,11 +49,15 @@ def from_onnx(model, shape_dict: Optional[Dict[str, tuple]] = None, name: str = 
     inputs to values (name -> array) at import time: they leave the signature and fold, e.g. a
     sample rate that selects a branch of an ``If``. An ``If`` whose condition is only known at
     run time becomes ``call_if`` over two private graph functions (``name_if0_then``, ...) in
-    the same module. Errors are ``ONNXImportError`` naming the node (name, op type, opset) and
-    what is unsupported.
+    the same module. ``bounds`` gives upper bounds of symbolic dims by ``dim_param`` name
+    (``{"batch": 64}``, as ``kiln compile --bound batch=64``): intermediates of symbolic size are
+    then planned at the bound instead of coming from the heap, and the VM refuses a call past it
+    (``kiln.ir.derived_dims.with_bounds``). Errors are ``ONNXImportError`` naming the node (name,
+    op type, opset) and what is unsupported.
 
     >>> mod, params = from_onnx("silero_vad.onnx", shape_dict={"input": (1, 512)},
     ...                         const_inputs={"sr": np.array(16000)})   # doctest: +SKIP
+    >>> mod, params = from_onnx("model.onnx", bounds={"batch": 64})    # doctest: +SKIP
     """
     import onnx
     if isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
@@ -110,12 +114,7 @@ def from_onnx(model, shape_dict: Optional[Dict[str, tuple]] = None, name: str = 
                 if d.HasField("dim_value") and d.dim_value >= 0:
                     shape.append(d.dim_value)
                 else:
-                    key = d.dim_param or f"{vi.name}_dim{i}"
-                    if isinstance(key, bytes):  # protobuf hands back invalid UTF-8 as bytes
-                        key = key.decode("utf-8", "replace")
-                    key = "".join(c if c.isalnum() or c == "_" else "_" for c in key)
-                    if key and key[0].isdigit():
-                        key = "d" + key
+                    key = _symbol_name(d.dim_param or f"{vi.name}_dim{i}")
                     shape.append(symbols.setdefault(key, Var(key, "int64")))
             shape = tuple(shape)
         v = GraphVar(vi.name, TensorType(shape, dt))
@@ -181,7 +180,22 @@ def from_onnx(model, shape_dict: Optional[Dict[str, tuple]] = None, name: str = 
         fb.attrs["kiln.limits"] = tuple(ctx.limits[k] for k in sorted(ctx.limits))
     func = fb.finish(ret)
     params = {v.name: known[v] for v in used_inits}
-    return IRModule({name: func, **ctx.functions}), params
+    mod = IRModule({name: func, **ctx.functions})
+    if bounds:
+        from ...ir.derived_dims import with_bounds
+        try:
+            mod = with_bounds(mod, {_symbol_name(k): v for k, v in bounds.items()})
+        except ValueError as e:
+            raise ONNXImportError(f"bounds: {e}; the symbolic dims are {sorted(symbols)}") from None
+    return mod, params
+
+
+def _symbol_name(key) -> str:
+    """The name of the symbolic dim of ``dim_param`` ``key``: an identifier."""
+    if isinstance(key, bytes):  # protobuf hands back invalid UTF-8 as bytes
+        key = key.decode("utf-8", "replace")
+    key = "".join(c if c.isalnum() or c == "_" else "_" for c in key)
+    return "d" + key if key and key[0].isdigit() else key
 
 
 def _const_input(vi, value: np.ndarray) -> Constant:
