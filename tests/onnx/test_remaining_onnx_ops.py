@@ -1,6 +1,6 @@
 """ONNX operators of the last backend-test gaps, each against onnxruntime where it has a kernel
 (else onnx's reference evaluator): BatchNormalization in training mode, Dropout in training mode
-with ratio 0."""
+with ratio 0, ConvInteger / MatMulInteger / QLinearConv."""
 from __future__ import annotations
 
 import numpy as np
@@ -59,3 +59,30 @@ def test_dropout_training_zero_ratio():
     node = h.make_node("Dropout", ["x", "r", "t"], ["y", "mask"], seed=3)
     check(node, {"x": x}, [TP.FLOAT, TP.BOOL], opset=13,
           inits=[("r", np.float32(0)), ("t", np.bool_(True))])
+
+
+def test_conv_integer_per_channel_zero_point_strided():
+    x = RNG.integers(0, 256, (1, 2, 6, 7)).astype(np.uint8)
+    w = RNG.integers(0, 256, (3, 2, 3, 2)).astype(np.uint8)
+    feeds = {"x": x, "w": w, "xz": np.array(120, np.uint8), "wz": np.array([3, 128, 250], np.uint8)}
+    node = h.make_node("ConvInteger", list(feeds), ["y"], pads=[1, 0, 1, 1], strides=[2, 1])
+    # onnxruntime's ConvInteger takes one weight zero point only
+    check(node, feeds, [TP.INT32], opset=10, rtol=0, atol=0, reference=True)
+
+
+def test_matmul_integer_per_column_zero_point():
+    a = RNG.integers(-128, 128, (2, 4, 5)).astype(np.int8)
+    b = RNG.integers(0, 256, (5, 3)).astype(np.uint8)
+    feeds = {"a": a, "b": b, "az": np.array(-3, np.int8), "bz": np.array([128, 0, 255], np.uint8)}
+    node = h.make_node("MatMulInteger", list(feeds), ["y"])
+    check(node, feeds, [TP.INT32], opset=10, rtol=0, atol=0)
+
+
+def test_qlinear_conv_per_channel_scale_and_bias():
+    x = RNG.integers(0, 256, (1, 2, 5, 5)).astype(np.uint8)
+    w = RNG.integers(-128, 128, (3, 2, 3, 3)).astype(np.int8)
+    feeds = {"x": x, "xs": np.array(0.02, np.float32), "xz": np.array(128, np.uint8), "w": w,
+             "ws": np.array([0.01, 0.02, 0.005], np.float32), "wz": np.array([0, 0, 0], np.int8),
+             "ys": np.array(0.3, np.float32), "yz": np.array(100, np.uint8), "b": np.array([50, -400, 1000], np.int32)}
+    node = h.make_node("QLinearConv", list(feeds), ["y"], pads=[1, 1, 1, 1])
+    check(node, feeds, [TP.UINT8], opset=10, rtol=0, atol=1)
