@@ -1,6 +1,6 @@
 """ONNX operators of the last backend-test gaps, each against onnxruntime where it has a kernel
 (else onnx's reference evaluator): BatchNormalization in training mode, Dropout in training mode
-with ratio 0, ConvInteger / MatMulInteger / QLinearConv."""
+with ratio 0, ConvInteger / MatMulInteger / QLinearConv, Det."""
 from __future__ import annotations
 
 import numpy as np
@@ -86,3 +86,16 @@ def test_qlinear_conv_per_channel_scale_and_bias():
              "ys": np.array(0.3, np.float32), "yz": np.array(100, np.uint8), "b": np.array([50, -400, 1000], np.int32)}
     node = h.make_node("QLinearConv", list(feeds), ["y"], pads=[1, 1, 1, 1])
     check(node, feeds, [TP.UINT8], opset=10, rtol=0, atol=1)
+
+
+@pytest.mark.parametrize("shape", [(5, 5), (2, 3, 4, 4), (1, 1)])
+def test_det(shape):
+    x = rand(*shape)
+    check(h.make_node("Det", ["x"], ["y"]), {"x": x}, [TP.FLOAT], rtol=1e-4, atol=1e-5)
+
+
+def test_det_singular_and_needs_pivoting():
+    x = np.array([[[1, 2, 3], [2, 4, 6], [0, 1, 1]],         # singular: rows 0 and 1 parallel
+                  [[0, 1, 2], [3, 0, 1], [1, 1, 0]],         # a zero first pivot: a row swap
+                  [[0, 0, 1], [0, 1, 0], [1, 0, 0]]], np.float32)
+    check(h.make_node("Det", ["x"], ["y"]), {"x": x}, [TP.FLOAT], rtol=1e-6, atol=1e-6)
