@@ -25,6 +25,15 @@ class Fn(torch.nn.Module):
         return self.fn(*xs)
 
 
+def _put(x, index, value, accumulate=False):
+    """``x[index] = value`` (or accumulated) on a copy: what exports as index_put."""
+    y = x.clone()
+    if accumulate:
+        return y.index_put_(tuple(index), torch.as_tensor(value), accumulate=True)
+    y[index] = value
+    return y
+
+
 CASES = {
     "unary": (lambda x: (x.exp(), x.abs().log(), x.abs().sqrt(), x.abs().rsqrt(), x.sigmoid(), x.tanh(),
                          -x, x.erf(), x.sin(), x.cos(), x.floor(), x.ceil(), x.round(), x.reciprocal()),
@@ -109,6 +118,16 @@ CASES = {
     "sort": (lambda x, t: (*x.sort(1), *x.sort(0, descending=True), x.argsort(-1), x.argsort(1, descending=True),
                            *torch.sort(t, stable=True), *torch.sort(t, descending=True, stable=True), *t.sort(dim=-1, stable=True)),
              [randn(4, 6), torch.tensor([[3, 1, 3, 0, 1], [2, 2, 2, 5, 1]])]),
+    "scatter": (lambda x, i, s: (x.scatter(1, i, s), x.scatter(0, i[:2] % 3, s[:2]), x.scatter_add(1, i, s),
+                                 x.scatter_add(0, i % 3, s), x.scatter(1, i, 2.5), x.scatter(1, i, s, reduce="multiply"),
+                                 x.scatter_reduce(1, i, s, "amax"), x.scatter_reduce(1, i, s, "sum", include_self=False),
+                                 x.scatter_reduce(0, i % 3, s, "amin", include_self=False), x.scatter_reduce(1, i, s, "prod")),
+                [randn(3, 5), torch.tensor([[0, 1], [2, 2], [4, 3]]), randn(3, 4)]),
+    "index_put": (lambda x, i, v, w: (_put(x, (i[1:],), v[:2]), _put(x, (i,), v[:3], True),
+                                      _put(x, (slice(None), i[1:]), w), _put(x, (i, i), w[0, 0], True),
+                                      _put(x, (i[1:], slice(None)), 1.5), _put(x, (x > 0,), -1.0),
+                                      _put(x, (x[:, 0] > 0,), w[0, 0]), _put(x, (x < 0,), torch.tensor([2.0]), True)),
+                  [randn(4, 5), torch.tensor([0, 2, 0]), randn(5, 5), randn(4, 2)]),
     "conv3d": (lambda x, w, wg, b: (F.conv3d(x, w, b, padding=1), F.conv3d(x, w, stride=(2, 1, 2), dilation=(2, 1, 1)),
                                     F.conv3d(x, wg, groups=2, padding=(0, 1, 0))),
                [randn(2, 4, 6, 5, 7), randn(3, 4, 3, 3, 3), randn(4, 2, 2, 3, 1), randn(3)]),
@@ -140,3 +159,20 @@ def test_dynamic_op_group(name):
 def test_op_group(name):
     fn, inputs = CASES[name]
     check(Fn(fn), *inputs, rtol=1e-5, atol=1e-5)
+
+
+class _MaskBuffers(torch.nn.Module):
+    """Boolean-mask indexing with masks known at export (buffers): the result size is static."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("cols", torch.tensor([True, False, True, True]))
+        self.register_buffer("cells", torch.rand(3, 4, generator=RNG) > 0.5)
+
+    def forward(self, x):
+        y = x[:, self.cols]
+        return y * 2, y.sum(1), x[self.cells], x[self.cells].cumsum(0)
+
+
+def test_boolean_mask_known_at_export():
+    check(_MaskBuffers(), randn(3, 4), rtol=1e-5, atol=1e-5)

@@ -80,3 +80,12 @@ def test_supported_ops_lists_the_issue_families():
                "aten.cat", "aten.split_with_sizes", "aten.index", "aten.where", "aten.masked_fill",
                "aten.arange", "aten.sum", "aten._softmax", "aten._log_softmax", "aten._to_copy"):
         assert op in ops, op
+
+
+def test_run_time_boolean_mask_is_refused_by_name():
+    class Positive(nn.Module):
+        def forward(self, x):
+            return x[x > 0]             # as many elements as are positive: known only at run time
+    ep = torch.export.export(Positive().eval(), (torch.randn(3, 4),))
+    with pytest.raises(TorchImportError, match=r"node 'index' \(aten\.index\.Tensor\).*mask computed at run time"):
+        kiln.frontend.from_exported_program(ep)

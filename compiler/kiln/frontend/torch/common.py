@@ -80,6 +80,22 @@ class Ctx:
         self.transposed: Dict[GraphVar, GraphExpr] = {}   # permute(w, [1, 0]) -> w, for linear
         self.symbols = None            # the program's SymbolTable (symbols.py)
         self.flattened: Dict[GraphVar, GraphExpr] = {}    # reshape(x, (-1, d)) -> x, for mm
+        self.weights: Dict[GraphVar, np.ndarray] = {}     # parameters and buffers bound as constants
+
+    def value(self, x) -> Optional[np.ndarray]:
+        """What ``x`` holds when the import knows it (a constant, or a parameter or buffer that
+        will be bound as one), else None."""
+        if isinstance(x, Constant):
+            return np.asarray(x.data)
+        return self.weights.get(x) if isinstance(x, GraphVar) else None
+
+    def fix_data_sizes(self, result):
+        """Give torch's data-dependent sizes (u0) in this node's output the values of
+        ``result``'s static shape, for the nodes after it."""
+        for t, k in zip(self.node.meta["val"].shape, result.ty.shape):
+            expr = getattr(getattr(t, "node", None), "expr", None)
+            if expr is not None and expr.is_Symbol and isinstance(k, IntImm):
+                self.symbols.fixed[expr] = int(k.value)
 
     # -- the node being converted ------------------------------------------------------------
     def out_size(self, axis: int):

@@ -133,6 +133,8 @@ class _Importer:
         fb = FunctionBuilder(())
         ctx = Ctx(fb, inputs)
         ctx.symbols = self.symbols
+        if not self.keep:           # bound as constants: their values are known while importing
+            ctx.weights = {w: params[w.name] for w in weights}
         with fb.dataflow():
             for node in ep.graph.nodes:
                 if node.op == "call_function":
@@ -326,7 +328,7 @@ def _to_numpy(t, name) -> np.ndarray:
     if t.dtype == torch.bfloat16:
         raise TorchImportError(f"parameter {name!r}: dtype bfloat16 is not supported; convert the model "
                                "with model.float() before exporting")
-    return np.ascontiguousarray(t.numpy())
+    return np.array(t.numpy(), order="C")      # (ascontiguousarray would make a 0-d tensor 1-d)
 
 
 def _used_vars(func):

@@ -41,6 +41,9 @@ class SymbolTable:
         self.vars: Dict[object, Var] = {}
         self._names = set()
         self._given = dict(names or {})
+        # torch's unbacked symbols (u0: a size read from data) that the import could compute
+        # (a boolean mask known at import time): their values
+        self.fixed: Dict[object, int] = {}
 
     def declare(self, symbol, fallback: str, shape_env=None) -> Var:
         if symbol in self.vars:
@@ -59,6 +62,8 @@ class SymbolTable:
         if isinstance(e, (int, sympy.Integer)):
             return int(e)
         if e.is_Symbol:
+            if e in self.fixed:
+                return self.fixed[e]
             if e not in self.vars:
                 if str(e).startswith("u"):      # torch's unbacked symbols: sizes read from data
                     raise Unsupported(f"a size read from tensor data at run time ({e}) is not supported "

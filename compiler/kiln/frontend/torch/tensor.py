@@ -205,16 +205,21 @@ def index_select(ctx: Ctx, node, args, kwargs):
 
 @converter("aten.index")
 def index(ctx: Ctx, node, args, kwargs):
-    """x[i0, i1, ...] with index tensors on consecutive leading positions (None skips a dim)."""
+    """x[i0, i1, ...] with index tensors on consecutive positions (None skips a dim). A boolean
+    mask known at import time (a buffer, a constant) is its true positions; one computed at run
+    time is refused (the result's size would depend on the data)."""
     x, indices = args[0], list(args[1])
+    if any(t is not None and t.ty.dtype == "bool" for t in indices):
+        indices = _mask_positions(ctx, indices)
+        y = index(ctx, node, [x, indices], kwargs)
+        ctx.fix_data_sizes(y)
+        return y
     pos = [i for i, t in enumerate(indices) if t is not None]
     if not pos:
         return x
     if pos != list(range(pos[0], pos[-1] + 1)):
         raise Unsupported("index tensors on non-adjacent dims are not supported")
     idx = [indices[i] for i in pos]
-    if any(i.ty.dtype == "bool" for i in idx):
-        raise Unsupported("boolean-mask indexing is not supported (its result size depends on the data)")
     first = pos[0]
     if len(idx) == 1:
         return ctx.op("take", x, idx[0], axis=first)
@@ -233,6 +238,23 @@ def index(ctx: Ctx, node, args, kwargs):
             lin = i
     flat = ctx.op("reshape", x, shape=tuple(xs[:first]) + (-1,) + tuple(xs[first + len(idx):]))
     return ctx.op("take", flat, lin, axis=first)
+
+
+def _mask_positions(ctx: Ctx, indices):
+    """Each boolean index (covering as many dims as it has) as the int64 index tensors of its
+    true positions, which the import computes from the mask's known value."""
+    out = []
+    for t in indices:
+        if t is None or t.ty.dtype != "bool":
+            out.append(t)
+            continue
+        mask = ctx.value(t)
+        if mask is None:
+            raise Unsupported("boolean-mask indexing with a mask computed at run time is not supported "
+                              "(the result's size depends on the data); a mask known when exporting "
+                              "(a buffer or a constant) is, and so is x[mask] = value")
+        out += [ctx.const(np.asarray(p, np.int64), "int64") for p in np.nonzero(mask)]
+    return out
 
 
 @converter("aten.repeat")
