@@ -122,18 +122,48 @@ def test_loop_with_scan_output_and_early_exit():
         np.testing.assert_allclose(g, w, rtol=1e-6)
 
 
-def test_loop_condition_known_only_at_run_time_is_refused():
-    body = h.make_graph([h.make_node("Identity", ["c"], ["c_out"]), h.make_node("Neg", ["y_in"], ["y_out"])],
-                        "body", [h.make_tensor_value_info("i", I64, []), h.make_tensor_value_info("c", B, []),
-                                 h.make_tensor_value_info("y_in", F, [2])],
-                        [h.make_tensor_value_info("c_out", B, []), h.make_tensor_value_info("y_out", F, [2])])
-    model = _model([h.make_node("ReduceSum", ["x"], ["s"], keepdims=0), h.make_node("Greater", ["s", "zero"], ["c0"]),
-                    h.make_node("Loop", ["M", "c0", "x"], ["y"], body=body)],
-                   [h.make_tensor_value_info("x", F, [2])], [h.make_tensor_value_info("y", F, None)],
-                   inits=[("M", np.int64(3)), ("zero", np.float32(0))])
+def _while_model(trip_count=True, scan_output=False):
+    """``for i in range(8): if not sum(y) < limit: break; y = y * 2 + w`` (w an outer
+    initializer): the condition depends on the inputs, so it is only known at run time."""
+    outs = [h.make_tensor_value_info("c_out", B, []), h.make_tensor_value_info("y_out", F, [3])]
+    nodes = [h.make_node("Mul", ["y_in", "two"], ["y2"]), h.make_node("Add", ["y2", "w"], ["y_out"]),
+             h.make_node("ReduceSum", ["y_out"], ["s"], keepdims=0), h.make_node("Less", ["s", "limit"], ["c_out"])]
+    if scan_output:
+        nodes.append(h.make_node("Identity", ["y_out"], ["row"]))
+        outs.append(h.make_tensor_value_info("row", F, [3]))
+    body = h.make_graph(nodes, "body", [h.make_tensor_value_info("i", I64, []), h.make_tensor_value_info("c", B, []),
+                                        h.make_tensor_value_info("y_in", F, [3])], outs)
+    loop_outs = ["y", "rows"] if scan_output else ["y"]
+    return _model([h.make_node("ReduceSum", ["y0"], ["s0"], keepdims=0), h.make_node("Less", ["s0", "limit"], ["c0"]),
+                   h.make_node("Loop", ["M" if trip_count else "", "c0", "y0"], loop_outs, body=body)],
+                  [h.make_tensor_value_info("y0", F, [3]), h.make_tensor_value_info("limit", F, [])],
+                  [h.make_tensor_value_info(n, F, None) for n in loop_outs],
+                  inits=[("M", np.int64(8)), ("two", np.float32(2)), ("w", np.float32([0.5, -1, 1]))])
+
+
+def test_loop_with_run_time_condition_matches_onnxruntime():
+    """A condition known only at run time under a fixed trip count: one compiled body, called
+    by the VM's IF while the condition holds; one executable runs 0, 1, 3 and all 8 iterations."""
+    model = _while_model()
+    mod, params = from_onnx(model)
+    assert {"main_loop0_body", "main_loop0_skip"} <= set(mod.functions)
+    mod = kiln.transform.bind_params("main", params)(mod)
+    vm = kiln.VirtualMachine(kiln.compile(kiln.get_pipeline("default")(mod), "llvm"), kiln.cpu())
+    y0 = np.float32([0.1, 0.2, 0.3])
+    for limit in (-1.0, 3.0, 20.0, 1e9):
+        feeds = {"y0": y0, "limit": np.asarray(limit, np.float32)}
+        (want,) = _run_ort(model, feeds)
+        got = vm["main"](y0, feeds["limit"])
+        np.testing.assert_allclose(np.asarray(got.numpy()), want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("trip_count,scan_output", [(False, False), (True, True)])
+def test_loop_run_time_iteration_count_is_refused(trip_count, scan_output):
+    """No trip count, or a scan output: the number of iterations (or rows) would be a run-time
+    value; the error names the graph input behind the condition."""
     with pytest.raises(ONNXImportError, match="the condition must be a constant") as ei:
-        from_onnx(model)
-    assert ei.value.needs_constant == "x"
+        from_onnx(_while_model(trip_count, scan_output))
+    assert ei.value.needs_constant in ("y0", "limit")
 
 
 def test_sequence_ops_match_onnxruntime():

@@ -2,14 +2,16 @@
 
 Kiln compiles ahead of time for fixed shapes, and a loop's scan outputs have as many rows as
 the loop runs iterations, so the number of iterations must be known when the model is
-compiled: ``Loop``'s trip count and condition must fold to constants (an initializer, a
-``Constant``, a shape computation, or a graph input fixed with
-``from_onnx(..., const_inputs=...)``), and so must the condition each iteration computes;
-``Scan`` iterates over an axis of its scan inputs, whose length the shapes fix. The body graph
-is then imported once per iteration into the enclosing function (its nodes inlined, as a
-constant-condition ``If`` is), loop-carried values threaded from one copy to the next and scan
-outputs stacked. A condition or trip count only known at run time is an error that names the
-graph input to fix (``needs_constant``), so that the ONNX backend specialises on it.
+compiled: ``Loop``'s trip count must fold to a constant (an initializer, a ``Constant``, a
+shape computation, or a graph input fixed with ``from_onnx(..., const_inputs=...)``), and so
+must its condition while the loop has scan outputs or no trip count; ``Scan`` iterates over an
+axis of its scan inputs, whose length the shapes fix. The body graph is then imported once per
+iteration into the enclosing function (its nodes inlined, as a constant-condition ``If`` is),
+loop-carried values threaded from one copy to the next and scan outputs stacked. A condition
+that becomes a run-time value under a fixed trip count (a data-dependent ``break``) continues
+as guarded calls of one body function (``loop_guarded.py``). A trip count or condition that
+must be known but is not is an error naming the graph input to fix (``needs_constant``), so
+that the ONNX backend specialises on it.
 """
 from __future__ import annotations
 
@@ -20,6 +22,8 @@ import numpy as np
 from ...ir.graph import Constant, GraphExpr, GraphVar
 from .common import Ctx, Unsupported, converter, ndim, norm_axis
 from .control_flow import _ScopedEnv, _convert_graph
+from .loop_guarded import guarded_iterations
+from .sequence import is_container
 
 # An unrolled loop past this many iterations is refused: each iteration is a copy of the body.
 MAX_UNROLL = 4096
@@ -100,23 +104,33 @@ def loop(ctx, node, ins, attrs):
         raise Unsupported(f"the body has {len(body.output)} outputs, fewer than 1 + {n_carried} "
                           "loop-carried values")
     trip = None if m_in is None else int(_need(ctx, m_in, "the trip count M").reshape(-1)[0])
-    cond = True if c_in is None else bool(_need(ctx, c_in, "the condition").reshape(-1)[0])
     if trip is None and c_in is None:
         raise Unsupported("neither a trip count nor a condition: the loop never ends")
     limit = MAX_UNROLL if trip is None else trip
     if limit > MAX_UNROLL:
         raise Unsupported(f"trip count {trip} is past the {MAX_UNROLL} iterations Kiln unrolls")
+    cond = Constant(np.asarray(True)) if c_in is None else c_in
     scans: List[List[object]] = [[] for _ in range(n_scan)]
     i = 0
-    while cond and i < limit:
-        cond_e = Constant(np.asarray(cond))
-        outs = run_body(ctx, body, [Constant(np.asarray(i, np.int64)), cond_e] + carried)
-        cond = bool(_need(ctx, outs[0], f"the condition computed by iteration {i}").reshape(-1)[0])
+    while i < limit:
+        known = ctx.value(cond)
+        if known is None:  # from here on the condition is only known at run time
+            break
+        if not bool(known.reshape(-1)[0]):
+            break
+        outs = run_body(ctx, body, [Constant(np.asarray(i, np.int64)), Constant(np.asarray(True))] + carried)
+        cond = outs[0]
         carried = list(outs[1:1 + n_carried])
         for k in range(n_scan):
             scans[k].append(outs[1 + n_carried + k])
         i += 1
-    if cond and trip is None:
+    if ctx.value(cond) is None and i < limit:
+        what = "the condition" if i == 0 else f"the condition computed by iteration {i - 1}"
+        if trip is None or n_scan or any(is_container(c) for c in carried):
+            # refused: the number of iterations (rows, elements) would be a run-time value
+            _need(ctx, cond, what)
+        carried = guarded_iterations(ctx, body, cond, carried, i, trip, _input_behind(ctx, cond))
+    elif ctx.value(cond) is not None and bool(ctx.value(cond).reshape(-1)[0]) and trip is None:
         raise Unsupported(f"the condition is still true after {MAX_UNROLL} iterations (the most Kiln "
                           "unrolls)")
     stacked = []
