@@ -23,7 +23,7 @@ SRC = os.path.join(ROOT, "src")
 HEADERS = ["dlpack.h", "kiln_kernel_abi.h", "kiln_runtime.h", "kiln_cuda.h"]
 # The optional CUDA device (dlopens the driver only when a device is opened); the Python binding
 # links it in, the shared runtime does not (runtime_c/Makefile builds it as libkiln_cuda.so).
-CUDA_SOURCES = [os.path.join(ROOT, "cuda", "kiln_cuda.c")]
+CUDA_SOURCES = [os.path.join(ROOT, "cuda", "kiln_cuda.c"), os.path.join(ROOT, "cuda", "kiln_cuda_executable.c")]
 PACKAGE_DIR = os.path.join(os.path.dirname(ROOT), "compiler", "kiln")
 BUILD_ROOT = os.path.join(ROOT, "build")
 

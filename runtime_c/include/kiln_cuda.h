@@ -62,6 +62,28 @@ KILN_API kiln_status_t kiln_cuda_launch(kiln_cuda_device_t* device, void* kernel
 /* Waits for every launch and copy of the device; reports a kernel's failure. */
 KILN_API kiln_status_t kiln_cuda_synchronize(kiln_cuda_device_t* device);
 
+/* ---- a model's GPU code, from its executable (kiln.compile(mod, target="cuda")) ----
+ * The blob carries the PTX and launch description in its optional CUDA section (0x101,
+ * docs/executable-format.md). Loading checks every byte of that section first (errors:
+ * KILN_ERR_INVALID_FORMAT naming the byte, KILN_ERR_VERSION_MISMATCH, KILN_ERR_NOT_FOUND for a
+ * blob without one), then opens GPU `ordinal` (KILN_ERR_UNSUPPORTED "no CUDA driver: ..."), loads
+ * the PTX and resolves every kernel entry. */
+typedef struct kiln_cuda_executable kiln_cuda_executable_t;
+KILN_API kiln_status_t kiln_cuda_executable_load(int32_t ordinal, const void* blob, size_t size,
+                                                 kiln_cuda_executable_t** out);
+/* The same from a model library (.so from Executable.export_library): its kiln_executable_blob. */
+KILN_API kiln_status_t kiln_cuda_executable_open(const char* library_path, int32_t ordinal,
+                                                 kiln_cuda_executable_t** out);
+KILN_API void kiln_cuda_executable_free(kiln_cuda_executable_t* executable);
+/* The kernel entries in launch order: count, names and handles (for kiln_cuda_launch). */
+KILN_API int32_t kiln_cuda_executable_num_kernels(const kiln_cuda_executable_t* executable);
+KILN_API const char* kiln_cuda_executable_kernel_name(const kiln_cuda_executable_t* executable,
+                                                      int32_t index);
+KILN_API void* kiln_cuda_executable_kernel(const kiln_cuda_executable_t* executable, int32_t index);
+/* The launch description (JSON: per tensor program its parameters, dimensions, scratch buffers,
+ * kernels with grid and block), as kiln.codegen.cuda.CudaModule writes it. */
+KILN_API const char* kiln_cuda_executable_description(const kiln_cuda_executable_t* executable);
+
 #ifdef __cplusplus
 }
 #endif

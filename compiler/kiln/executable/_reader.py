@@ -19,6 +19,7 @@ from .format import (ALIGN, FORMAT_VERSION, FUNCTION_PRIVATE, HEADER_SIZE, MAGIC
                      SECTION_ENTRY_SIZE,
                      ExecutableSpec, FormatError, FunctionSpec, Instruction, ParamSpec, Section,
                      _check_calls, _check_code, _check_function, dtype_from_dl, tensor_nbytes)
+from .cuda_section import CUDA_SECTION, CudaSectionError, read_cuda_section
 
 
 class _Cursor:
@@ -71,7 +72,7 @@ def _sections(blob: bytes, table_offset: int, num_sections: int):
                 raise FormatError(f"section table entry {i} (byte {at}): section kind {kind} "
                                   f"[{off}, {off + sz}) overlaps {other} [{o2}, {o2 + s2})")
         ranges.append((off, sz, kind))
-        if kind == WRITER_SECTION and kind not in found:
+        if kind in (WRITER_SECTION, CUDA_SECTION) and kind not in found:
             found[kind] = (off, off + sz)
         if kind >= OPTIONAL_SECTION_BASE:
             continue  # optional: read if known (WRITER), else skipped
@@ -278,7 +279,13 @@ def deserialize(blob: bytes) -> ExecutableSpec:
             writer = bytes(c.array("B", n)).decode("utf-8")
         except UnicodeDecodeError as e:
             raise FormatError(f"WRITER: not UTF-8: {e}") from None
-    return ExecutableSpec(target, kernels, externs, constants, functions, writer=writer)
+    cuda = None
+    if CUDA_SECTION in sec:
+        try:
+            cuda = read_cuda_section(blob, *sec[CUDA_SECTION])
+        except CudaSectionError as e:
+            raise FormatError(str(e)) from None
+    return ExecutableSpec(target, kernels, externs, constants, functions, writer=writer, cuda=cuda)
 
 
 def _read_code(blob: bytes, name: str, start: int, end: int):

@@ -224,10 +224,17 @@ def compile(mod: IRModule, target="llvm", pipeline: Union[None, str, Callable] =
     ``options`` is a ``kiln.codegen.BuildOptions`` (cache directory, C compiler, opt level).
     ``tuning_db`` (a path, ``kiln.tune``): kernels scheduled here (by a pipeline given by
     name, or unscheduled ones) get the best tuning record's decisions where there is one.
+    ``target="cuda"`` (``"cuda -arch=sm_80"``): kernels get the default GPU schedules and the
+    PTX goes into the blob (``kiln.executable.cuda_model``); run with
+    ``kiln.VirtualMachine(ex, kiln.cuda(0))``.
     """
+    from ..codegen.cuda.target import is_cuda_target
     from ..codegen.emit import build_library
     from ..codegen.target import parse_target
 
+    if is_cuda_target(target):    # PTX in the blob's CUDA section; run on kiln.cuda(n)
+        from .cuda_model import compile_cuda_model
+        return compile_cuda_model(mod, target, pipeline, options)
     target = parse_target(target)
     if pipeline is not None:
         if isinstance(pipeline, str):

@@ -26,13 +26,14 @@ import enum
 import math
 import struct
 from dataclasses import dataclass, field
-from typing import Dict, List, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from .. import subbyte
 from ..ir import dtype as dt
 from ..ir.derived_dims import DerivedDim, DimError, check_table, format_dims
+from .cuda_section import CUDA_SECTION, CudaSection
 
 MAGIC = b"KILNEXE\0"
 FORMAT_VERSION = 3
@@ -157,12 +158,14 @@ class ExecutableSpec:
     constants: List[np.ndarray]
     functions: List[FunctionSpec]
     writer: str = ""   # who wrote it ("kiln 0.1.0"); written as the WRITER section, not compared
+    cuda: Optional[CudaSection] = None   # a CUDA model's PTX and launches (optional section 0x101)
 
     def __eq__(self, other):
         if not isinstance(other, ExecutableSpec):
             return NotImplemented
         return (self.target == other.target and self.kernels == other.kernels
                 and self.externs == other.externs and self.functions == other.functions
+                and self.cuda == other.cuda
                 and len(self.constants) == len(other.constants)
                 and all(a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b)
                         for a, b in zip(self.constants, other.constants)))
@@ -349,13 +352,15 @@ def layout(spec: ExecutableSpec) -> Tuple[int, List[Tuple[int, memoryview]]]:
 
     # Section order and offsets (each section starts 8-byte aligned: nicer for readers).
     writer = (spec.writer or writer_string()).encode("utf-8")[:MAX_WRITER_BYTES]
+    cuda = spec.cuda.to_bytes() if spec.cuda is not None else None
     order = [Section.STRINGS, Section.KERNELS, Section.EXTERNS, Section.FUNCTIONS, Section.BYTECODE,
-             WRITER_SECTION, Section.CONSTANTS]
+             WRITER_SECTION, *([CUDA_SECTION] if cuda else []), Section.CONSTANTS]
     table_offset = HEADER_SIZE
     pos = table_offset + SECTION_ENTRY_SIZE * len(order)
     sizes = {Section.STRINGS: len(string_blob), Section.KERNELS: 4 + len(kernels),
              Section.EXTERNS: 4 + len(externs), Section.FUNCTIONS: len(functions_blob(0)),
-             Section.BYTECODE: len(bytecode), WRITER_SECTION: 4 + len(writer)}
+             Section.BYTECODE: len(bytecode), WRITER_SECTION: 4 + len(writer),
+             CUDA_SECTION: len(cuda or b"")}
     offsets = {}
     for kind in order[:-1]:
         pos = align_up(pos, 8)
@@ -384,6 +389,8 @@ def layout(spec: ExecutableSpec) -> Tuple[int, List[Tuple[int, memoryview]]]:
               (offsets[Section.FUNCTIONS], functions_blob(offsets[Section.BYTECODE])),
               (offsets[Section.BYTECODE], bytes(bytecode)),
               (offsets[WRITER_SECTION], struct.pack("<I", len(writer)) + writer)]
+    if cuda:
+        pieces.append((offsets[CUDA_SECTION], cuda))
     table = bytearray(struct.pack("<I", len(consts)))
     for c, off in zip(consts, data_offsets):
         table += struct.pack("<BBHI", *dtype_to_dl(dt.from_numpy(c.dtype)), c.ndim)

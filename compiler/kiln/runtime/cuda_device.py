@@ -136,7 +136,6 @@ class CudaRuntimeModule:
         return self._loaded[device_id][1]
 
     def _call(self, name, args):
-        from ..codegen.cuda.kernels import eval_json
         from .ndarray import NDArray, from_dlpack
         info = self.compiled.functions[name]
         params = info["params"]
@@ -159,18 +158,33 @@ class CudaRuntimeModule:
                 if want != got:
                     raise ValueError(f"{where} expected shape {tuple(p['shape'])} (axis {axis} = "
                                      f"{want}), got {a.shape}")
-        kernels = self._kernels(device.device_id)
-        # Intermediates between the kernels: fresh device memory, alive until the call returns.
-        scratch = [empty([eval_json(e, env) for e in s["shape"]], s["dtype"], device)
-                   for s in info.get("scratch", ())]
-        values = [ffi.new("uint64_t*", int(ffi.cast("uintptr_t", a._dl.data)) + a._dl.byte_offset)
-                  for a in arrays + scratch]
-        values += [ffi.new("int64_t*", env[d]) for d in info["dims"]]
-        argv = ffi.new("void*[]", [ffi.cast("void*", v) for v in values] or [ffi.NULL])
-        handle = device_handle(device.device_id)
-        for k in info["kernels"]:
-            grid = [eval_json(g, env) for g in k["grid"]]
-            if min(grid) < 0 or max(grid) >= 2 ** 31:
-                raise ValueError(f"{name}: kernel {k['name']} has grid {tuple(grid)} for these shapes")
-            check(lib.kiln_cuda_launch(handle, kernels[k["name"]], grid, k["block"], 0, argv))
-        check(lib.kiln_cuda_synchronize(handle))
+        scratch = launch_program(name, info, self._kernels(device.device_id),
+                                 [data_pointer(a) for a in arrays], env, device)
+        check(lib.kiln_cuda_synchronize(device_handle(device.device_id)))
+        del scratch   # freed after the kernels that used it are done
+
+
+def data_pointer(arr) -> int:
+    """The device address of an NDArray's first element."""
+    return int(ffi.cast("uintptr_t", arr._dl.data)) + arr._dl.byte_offset
+
+
+def launch_program(name, info, kernels, pointers, env, device):
+    """Launch the kernels of one compiled tensor program (``info``: its description in a
+    ``CudaModule``) on the buffers at device addresses ``pointers`` (its parameters, in order),
+    with the symbolic dimensions ``env`` (name -> int); ``kernels``: entry name -> handle.
+    Asynchronous; its global scratch buffers (fresh device memory) are returned, and must
+    outlive the launches (the driver frees memory only after the work queued before it)."""
+    from ..codegen.cuda.kernels import eval_json
+    scratch = [empty([eval_json(e, env) for e in s["shape"]], s["dtype"], device)
+               for s in info.get("scratch", ())]
+    values = [ffi.new("uint64_t*", p) for p in list(pointers) + [data_pointer(a) for a in scratch]]
+    values += [ffi.new("int64_t*", env[d]) for d in info["dims"]]
+    argv = ffi.new("void*[]", [ffi.cast("void*", v) for v in values] or [ffi.NULL])
+    handle = device_handle(device.device_id)
+    for k in info["kernels"]:
+        grid = [eval_json(g, env) for g in k["grid"]]
+        if min(grid) < 0 or max(grid) >= 2 ** 31:
+            raise ValueError(f"{name}: kernel {k['name']} has grid {tuple(grid)} for these shapes")
+        check(lib.kiln_cuda_launch(handle, kernels[k["name"]], grid, k["block"], 0, argv))
+    return scratch

@@ -31,6 +31,17 @@ class VirtualMachine:
     Calls may run concurrently from several threads.
     """
 
+    def __new__(cls, executable=None, device=None, num_threads=None):
+        # A GPU runs the bytecode through kiln.runtime.cuda_vm (the C VM is CPU-only).
+        gpu = Device(device) if isinstance(device, str) else device
+        if cls is VirtualMachine and _is_gpu(gpu):
+            from .cuda_vm import CudaVirtualMachine
+            return CudaVirtualMachine(executable, gpu)
+        if getattr(getattr(executable, "spec", None), "cuda", None) is not None:
+            raise KilnError("the executable was compiled for target 'cuda': run it on a GPU, "
+                            "kiln.VirtualMachine(ex, kiln.cuda(0))", lib.KILN_ERR_UNSUPPORTED)
+        return super().__new__(cls)
+
     def __init__(self, executable, device=None, num_threads=None):
         self._executable = None  # an Executable owns its library file: keep it alive
         if isinstance(executable, Module):
@@ -90,6 +101,10 @@ class VirtualMachine:
 
     def __repr__(self):
         return f"kiln.VirtualMachine({', '.join(self.function_names)}; {self.device!r})"
+
+
+def _is_gpu(device) -> bool:
+    return isinstance(device, Device) and device.device_type == lib.kDLCUDA
 
 
 class ProfileRow(NamedTuple):

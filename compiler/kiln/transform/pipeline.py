@@ -71,6 +71,16 @@ def _default(ctx: PassContext) -> List[Pass]:
 PIPELINES: Dict[str, Callable[[PassContext], List[Pass]]] = {"zero": _zero, "default": _default}
 
 
+def _for_cuda(make: Callable[[PassContext], List[Pass]], ctx: PassContext) -> List[Pass]:
+    """Pipeline ``make`` for a GPU: the graph passes with the CPU's layout choices off (no
+    pre-packed weights, NCHWc, Winograd or fused CPU attention kernels), then every kernel
+    given the default GPU schedule (``kiln.codegen.cuda.schedule``) instead of a CPU one."""
+    from ..codegen.cuda.schedule import gpu_default_schedule
+    plain = ctx.replace(target=None, prepack_weights=False, nchwc_layout=False, winograd=False,
+                        fuse_attention=False)
+    return [p for p in make(plain) if p.name != "default_schedule"] + [gpu_default_schedule()]
+
+
 def get_pipeline(name: str = "default", ctx: Optional[PassContext] = None,
                  target=None) -> Sequential:
     """The pipeline called ``name`` (``"zero"`` or ``"default"``) with options ``ctx``, making
@@ -87,6 +97,10 @@ def get_pipeline(name: str = "default", ctx: Optional[PassContext] = None,
     except KeyError:
         raise ValueError(f"unknown pipeline {name!r}; the pipelines are "
                          f"{', '.join(sorted(PIPELINES))}") from None
+    from ..codegen.cuda.target import is_cuda_target
+    if target is not None and is_cuda_target(target):
+        ctx = context(ctx)
+        return Sequential(_for_cuda(make, ctx), name=name, ctx=ctx)
     if target is not None:
         ctx = (ctx or PassContext()).replace(target=target)
     ctx = context(ctx)

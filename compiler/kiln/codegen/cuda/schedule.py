@@ -53,3 +53,34 @@ def bind_spatial_loops(func: PrimFunc, threads: int = DEFAULT_THREADS) -> PrimFu
         sch.bind(bx, "blockIdx.x")
         sch.bind(tx, "threadIdx.x")
     return sch.func
+
+
+# ---- the default GPU schedule of a whole model ------------------------------------------------
+
+SCHEDULED_FOR_CUDA = "cuda"   # the kiln.scheduled_for fingerprint of a GPU-scheduled kernel
+
+
+def schedule_for_gpu(func: PrimFunc) -> PrimFunc:
+    """``func`` with the default GPU schedule (``choose_gpu_rule`` picks the rule per kernel),
+    marked scheduled (``kiln.schedule`` = the rule's name, ``kiln.scheduled_for`` = cuda)."""
+    from ...transform.kernels import ATTR_SCHEDULE, ATTR_SCHEDULED_FOR
+    from .gpu_rules import choose_gpu_rule
+    name, rule = choose_gpu_rule(func)
+    out = rule(func)
+    attrs = dict(out.attrs)
+    attrs[ATTR_SCHEDULE] = name
+    attrs[ATTR_SCHEDULED_FOR] = SCHEDULED_FOR_CUDA
+    return PrimFunc(out.params, out.body, tuple(attrs.items()))
+
+
+def gpu_default_schedule():
+    """The pass giving every unscheduled tensor program its default GPU schedule (the CUDA
+    pipelines' last pass, as ``default_schedule`` is the CPU ones')."""
+    from ...ir import IRModule
+    from ...transform.default_schedule import needs_schedule
+    from ...transform.infra import Pass
+
+    def run(mod):
+        return IRModule({n: schedule_for_gpu(f) if isinstance(f, PrimFunc) and needs_schedule(f) else f
+                         for n, f in mod.functions.items()}, mod.attrs)
+    return Pass("gpu_default_schedule", run)
