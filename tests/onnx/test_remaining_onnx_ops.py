@@ -1,6 +1,6 @@
 """ONNX operators of the last backend-test gaps, each against onnxruntime where it has a kernel
 (else onnx's reference evaluator): BatchNormalization in training mode, Dropout in training mode
-with ratio 0, ConvInteger / MatMulInteger / QLinearConv, Det."""
+with ratio 0, ConvInteger / MatMulInteger / QLinearConv, Det, MaxPool's Indices."""
 from __future__ import annotations
 
 import numpy as np
@@ -99,3 +99,14 @@ def test_det_singular_and_needs_pivoting():
                   [[0, 1, 2], [3, 0, 1], [1, 1, 0]],         # a zero first pivot: a row swap
                   [[0, 0, 1], [0, 1, 0], [1, 0, 0]]], np.float32)
     check(h.make_node("Det", ["x"], ["y"]), {"x": x}, [TP.FLOAT], rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("shape,attrs", [
+    ((2, 3, 7, 6), dict(kernel_shape=[3, 2], strides=[2, 1], pads=[1, 0, 1, 1])),
+    ((1, 2, 6, 6), dict(kernel_shape=[2, 2], dilations=[2, 1], ceil_mode=1, strides=[2, 2])),
+    ((1, 2, 5, 4), dict(kernel_shape=[2, 3], storage_order=1)),
+    ((2, 3, 9), dict(kernel_shape=[3], strides=[2], pads=[1, 1])),
+])
+def test_max_pool_indices(shape, attrs):
+    x = rand(*shape)
+    check(h.make_node("MaxPool", ["x"], ["y", "i"], **attrs), {"x": x}, [TP.FLOAT, TP.INT64], opset=12)

@@ -278,6 +278,8 @@ def _pool1d_as_2d(fn):
         if "pads" in a:
             a["pads"] = [0, a["pads"][0], 0, a["pads"][1]]
         y = fn(ctx, node, [ctx.op("expand_dims", x, axis=2)] + list(ins[1:]), a)
+        if isinstance(y, (list, tuple)):  # MaxPool's values and Indices
+            return [ctx.op("squeeze", t, axis=(2,)) for t in y]
         return ctx.op("squeeze", y, axis=(2,))
     return wrapped
 
@@ -316,12 +318,13 @@ def _pool(ctx, kop, x, kernel, strides, dil, pads, **kw):
 @converter("MaxPool", since=1)
 @_pool1d_as_2d
 def max_pool(ctx, node, ins, attrs):
-    if len([o for o in node.output if o]) > 1:
-        raise Unsupported("the Indices output is not supported")
     x = ins[0]
     kernel, strides, dil, pads = _pool_common(attrs, x, node)
-    return _pool(ctx, "max_pool2d", x, kernel, strides, dil, pads,
-                 ceil_mode=bool(attrs.get("ceil_mode", 0)))
+    y = _pool(ctx, "max_pool2d", x, kernel, strides, dil, pads, ceil_mode=bool(attrs.get("ceil_mode", 0)))
+    if len([o for o in node.output if o]) > 1:
+        from .pool_indices import max_pool_with_indices
+        return max_pool_with_indices(ctx, x, y, kernel, strides, dil, pads, attrs.get("storage_order", 0))
+    return y
 
 
 @converter("AveragePool", since=1)
