@@ -15,6 +15,9 @@ import pytest
 
 from build_lock import make_runtime, repo_build_lock
 
+# The longest test modules first, for the parallel suite (tests/suite_order.py).
+pytest_plugins = ["suite_order"]
+
 
 @pytest.fixture(scope="session")
 def build_lock():
