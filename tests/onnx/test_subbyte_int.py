@@ -109,6 +109,39 @@ def test_large_cast_is_correct_where_the_loop_would_be_parallel():
     assert np.array_equal(_as_int(got), _as_int(x.astype(ml_dtypes.int4)))
 
 
+def test_compare_and_reshape_packed_inputs():
+    """Equal, Flatten and Unsqueeze on int4 inputs (their bounds come from the dtype's width:
+    numpy's iinfo knows no int4)."""
+    a = np.array([[1, -2, 3], [4, 5, -8], [7, 0, -1]], ml_dtypes.int4)
+    b = np.array([[1, 2, 3], [-4, 5, -8], [7, 1, -1]], ml_dtypes.int4)
+    m = _model([h.make_node("Equal", ["a", "b"], ["y"]), h.make_node("Flatten", ["a"], ["f"], axis=0),
+                h.make_node("Unsqueeze", ["b", "ax"], ["u"])],
+               [h.make_tensor_value_info("a", TP.INT4, a.shape), h.make_tensor_value_info("b", TP.INT4, b.shape)],
+               [h.make_tensor_value_info("y", TP.BOOL, None), h.make_tensor_value_info("f", TP.INT4, None),
+                h.make_tensor_value_info("u", TP.INT4, None)],
+               [nh.from_array(np.array([1], np.int64), "ax")])
+    y, f, u = kiln.VirtualMachine(_compile(m), kiln.cpu())["main"](a, b)
+    np.testing.assert_array_equal(y.numpy(), _as_int(a) == _as_int(b))
+    assert f.shape == (1, 9) and np.array_equal(_as_int(f.numpy()), _as_int(a).reshape(1, 9))
+    assert u.shape == (3, 1, 3) and np.array_equal(_as_int(u.numpy())[:, 0], _as_int(b))
+
+
+def test_constants_fold_through_packed_dtypes():
+    """The importer folds a Reshape of an int4 initializer and a Cast of a float32 initializer
+    to int4 (wrapping: 9 -> -7) in numpy; the folded values match ml_dtypes."""
+    w = np.array([[1, -2, 3], [4, 5, -8]], ml_dtypes.int4)
+    c = np.array([[9, -9], [1, 2], [3, 4]], np.float32)
+    m = _model([h.make_node("Reshape", ["w", "s"], ["r"]), h.make_node("Cast", ["r"], ["rf"], to=TP.FLOAT),
+                h.make_node("Cast", ["c"], ["q"], to=TP.INT4), h.make_node("Cast", ["q"], ["qf"], to=TP.FLOAT),
+                h.make_node("Add", ["rf", "x"], ["y0"]), h.make_node("Add", ["y0", "qf"], ["y"])],
+               [h.make_tensor_value_info("x", TP.FLOAT, (3, 2))], [h.make_tensor_value_info("y", TP.FLOAT, None)],
+               [nh.from_array(w, "w"), nh.from_array(np.array([3, 2], np.int64), "s"), nh.from_array(c, "c")])
+    x = np.full((3, 2), 0.5, np.float32)
+    y = kiln.VirtualMachine(_compile(m), kiln.cpu())["main"](x).numpy()
+    want = _as_int(w).reshape(3, 2) + x + c.astype(ml_dtypes.int4).astype(np.float32)
+    np.testing.assert_array_equal(y, want)
+
+
 def test_packed_constant_in_the_executable():
     """An int4 initializer of odd size is stored packed in the blob, read back equal by the
     Python reader, and concatenated after a run-time input by the compiled code."""

@@ -323,11 +323,10 @@ class _Simplifier:
             return IntBound(min(a.min, b.min), max(a.max, b.max))
         if t is Cast and dt.is_int(e.value.dtype) and dt.bits(e.value.dtype) <= dt.bits(e.dtype) \
                 and dt.is_uint(e.value.dtype) <= dt.is_uint(e.dtype):
-            b, info = self.bound(e.value), np.iinfo(dt.element(e.value.dtype))
-            return IntBound(max(b.min, int(info.min)), min(b.max, int(info.max)))
+            b, (lo, hi) = self.bound(e.value), _int_range(e.value.dtype)
+            return IntBound(max(b.min, lo), min(b.max, hi))
         if t in (Cast, BufferLoad):  # anything the type can hold
-            info = np.iinfo(dt.element(e.dtype))
-            return IntBound(int(info.min), int(info.max))
+            return IntBound(*_int_range(e.dtype))
         return IntBound(-INF, INF)
 
     # ---- proofs on linear forms ----
@@ -528,3 +527,12 @@ def const_int_bound(expr, bounds: Optional[dict] = None) -> IntBound:
     IntBound(min=0, max=31)
     """
     return Analyzer(bounds).const_int_bound(expr)
+
+
+def _int_range(dtype: str):
+    """(min, max) an integer dtype holds, from its width: numpy's iinfo knows no int4/int2."""
+    if not dt.is_int(dtype):
+        info = np.iinfo(dt.element(dtype))
+        return int(info.min), int(info.max)
+    bits = dt.bits(dtype)
+    return (0, (1 << bits) - 1) if dt.is_uint(dtype) else (-(1 << (bits - 1)), (1 << (bits - 1)) - 1)
