@@ -1,6 +1,6 @@
 """ONNX operators of the last backend-test gaps, each against onnxruntime where it has a kernel
 (else onnx's reference evaluator): BatchNormalization in training mode, Dropout in training mode
-with ratio 0, ConvInteger / MatMulInteger / QLinearConv, Det, MaxPool's Indices."""
+with ratio 0, ConvInteger / MatMulInteger / QLinearConv, Det, MaxPool's Indices, RoiAlign."""
 from __future__ import annotations
 
 import numpy as np
@@ -110,3 +110,14 @@ def test_det_singular_and_needs_pivoting():
 def test_max_pool_indices(shape, attrs):
     x = rand(*shape)
     check(h.make_node("MaxPool", ["x"], ["y", "i"], **attrs), {"x": x}, [TP.FLOAT, TP.INT64], opset=12)
+
+
+@pytest.mark.parametrize("mode,ctm", [("avg", "half_pixel"), ("avg", "output_half_pixel"), ("max", "half_pixel")])
+def test_roi_align(mode, ctm):
+    x = rand(2, 3, 8, 9)
+    rois = np.array([[0.5, 1.0, 12.0, 10.0], [-3.0, -2.0, 4.0, 3.5], [10.0, 12.0, 20.0, 18.0],
+                     [2.0, 2.0, 2.5, 2.2]], np.float32)     # inside, across the top-left, past the map, tiny
+    feeds = {"x": x, "rois": rois, "b": np.array([1, 0, 1, 0], np.int64)}
+    node = h.make_node("RoiAlign", list(feeds), ["y"], mode=mode, coordinate_transformation_mode=ctm,
+                       output_height=3, output_width=4, sampling_ratio=2, spatial_scale=0.5)
+    check(node, feeds, [TP.FLOAT], opset=16, rtol=1e-5, atol=1e-5)
