@@ -1,7 +1,7 @@
 /* fixture_kernels.c — a kernel library written by hand the way Kiln's codegen emits one
  * (kiln_kernel_abi.h), for the runtime tests. Build variants:
  *   -DFIXTURE_ABI_VERSION=n   report another ABI version
- *   -DFIXTURE_BAD_DTYPE       a parameter with a dtype codegen never emits (float8)
+ *   -DFIXTURE_BAD_DTYPE       a parameter with a dtype codegen never emits (float8_e3m4)
  *   -DFIXTURE_SINGLE          only the "scale" kernel (a module with one function, not "main")
  *   -DFIXTURE_NO_MAIN         every kernel but "main"
  *   -DFIXTURE_NO_INFO         no kiln_library_info symbol at all
@@ -177,7 +177,7 @@ static const char* const names_n[] = {"n"};
 static const char* const names_mn[] = {"m", "n"};
 
 #ifdef FIXTURE_BAD_DTYPE
-#define MAIN_B_CODE kDLFloat8_e4m3fn
+#define MAIN_B_CODE kDLFloat8_e3m4
 #define MAIN_B_BITS 8
 #else
 #define MAIN_B_CODE kDLFloat

@@ -143,7 +143,7 @@ def test_load_errors(kernel_libs, tmp_path):
     assert e.status == lib.KILN_ERR_VERSION_MISMATCH
     e = _error(runtime.load_module, kernel_libs["bad_dtype"])
     assert str(e) == (f"kernel library '{kernel_libs['bad_dtype']}': kernel 0 'main': "
-                      "parameter 1 'B' has unsupported dtype float8_e4m3fn")
+                      "parameter 1 'B' has unsupported dtype float8_e3m4")
     not_a_library = tmp_path / "text.so"
     not_a_library.write_text("hello")
     e = _error(runtime.load_module, not_a_library)

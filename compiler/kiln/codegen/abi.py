@@ -104,6 +104,8 @@ def kernel_symbol(name: str, taken: set) -> str:
 
 def _dl_dtype(dtype: str):
     e = dt.element(dtype)
+    if e in dt.NARROW_FLOAT_DLPACK:
+        return dt.NARROW_FLOAT_DLPACK[e] + (dt.lanes(dtype),)
     kind = "bool" if e == "bool" else ("uint" if e.startswith("uint") else ("float" if dt.is_float(e) else "int"))
     return _DL_CODE[kind], (8 if kind == "bool" else dt.bits(e)), dt.lanes(dtype)
 

@@ -27,6 +27,12 @@ _SCALAR.update({"int4": ir.IntType(4), "uint4": ir.IntType(4), "int2": ir.IntTyp
                 "uint2": ir.IntType(2)})
 
 
+# Narrow floats are their bits in registers and memory; only conversions touch them
+# (narrow_float.py).
+_SCALAR.update({"bfloat16": I16, "float8_e4m3fn": I8, "float8_e4m3fnuz": I8, "float8_e5m2": I8,
+                "float8_e5m2fnuz": I8, "float8_e8m0fnu": I8})
+
+
 def scalar_type(dtype: str) -> ir.Type:
     """The register type of a dtype's element (bool is i1)."""
     return _SCALAR[dt.element(dtype)]

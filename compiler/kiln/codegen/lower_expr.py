@@ -26,13 +26,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
+import numpy as np
 from llvmlite import ir
 
 from ..ir import dtype as dt
 from ..ir.expr import (BITWISE_INTRINSICS, Add, And, BufferLoad, Call, Cast, Div, EQ, FloatImm, FloorDiv, FloorMod, GE,
                        GT, IntImm, LE, LT, Max, Min, Mul, NE, Not, Or, Select, Sub, Var)
 from . import cgutils as cg
-from . import mathfuncs
+from . import mathfuncs, narrow_float
 from .errors import CodegenError
 
 CONTRACT = ("contract",)
@@ -375,6 +376,9 @@ def _int_imm(self, e: IntImm):
 
 
 def _float_imm(self, e: FloatImm):
+    if dt.is_narrow_float(e.dtype):   # held as bits: the nearest value's encoding
+        bits = np.asarray(float(e.value), np.float32).astype(dt.to_numpy(e.dtype))
+        return ir.Constant(cg.scalar_type(e.dtype), int(bits.view(f"uint{dt.bits(e.dtype)}")))
     return ir.Constant(cg.scalar_type(e.dtype), float(e.value))
 
 
@@ -546,6 +550,8 @@ def _cast(self: ExprLowerer, e: Cast):
 
 def convert(b: ir.IRBuilder, v, src: str, dst: str):
     """Convert ``v`` (of dtype ``src``, possibly held in a wider int) to dtype ``dst``."""
+    if dt.is_narrow_float(src) or dt.is_narrow_float(dst):
+        return narrow_float.convert(b, v, src, dst, convert)
     lanes = cg.lanes_of(v)
     to = cg.with_lanes(cg.scalar_type(dst), lanes)
     if dt.is_bool(dst):

@@ -191,7 +191,7 @@ def deserialize(blob: bytes) -> ExecutableSpec:
         if dt.is_subbyte(dtype):   # packed: unpacked into a copy
             constants.append(subbyte.unpack(blob[data_offset:data_offset + nbytes], dtype, shape))
             continue
-        arr = np.frombuffer(blob, dtype=np.dtype(dt.element(dtype)).newbyteorder("<"),
+        arr = np.frombuffer(blob, dtype=dt.to_numpy(dtype).newbyteorder("<"),
                             count=int(np.prod(shape, dtype=np.int64)), offset=data_offset)
         constants.append(arr.reshape(tuple(shape)))
 

@@ -179,6 +179,8 @@ class ExecutableSpec:
 
 # ---- dtypes --------------------------------------------------------------------------------
 _DL_INT, _DL_UINT, _DL_FLOAT, _DL_BOOL = 0, 1, 2, 6
+_DL_NARROW = dt.NARROW_FLOAT_DLPACK   # bfloat16, float8: kDLBfloat and DLPack 1.1's codes
+_NARROW_OF_DL = {v: k for k, v in _DL_NARROW.items()}
 
 
 def dtype_to_dl(dtype: str) -> Tuple[int, int, int]:
@@ -186,12 +188,16 @@ def dtype_to_dl(dtype: str) -> Tuple[int, int, int]:
     e = dt.element(dtype)
     if e == "bool":
         return _DL_BOOL, 8, dt.lanes(dtype)
+    if e in _DL_NARROW:
+        return _DL_NARROW[e] + (dt.lanes(dtype),)
     code = _DL_UINT if dt.is_uint(e) else (_DL_FLOAT if dt.is_float(e) else _DL_INT)
     return code, dt.bits(e), dt.lanes(dtype)
 
 
 def dtype_from_dl(code: int, bits: int, lanes: int) -> str:
     """DLPack (code, bits, lanes) -> Kiln dtype; ``FormatError`` for one Kiln does not have."""
+    if (code, bits) in _NARROW_OF_DL and lanes >= 1:
+        return dt.with_lanes(_NARROW_OF_DL[code, bits], lanes)
     name = {(_DL_INT, 8): "int8", (_DL_INT, 16): "int16", (_DL_INT, 32): "int32", (_DL_INT, 64): "int64",
             (_DL_UINT, 8): "uint8", (_DL_UINT, 16): "uint16", (_DL_UINT, 32): "uint32",
             (_DL_UINT, 64): "uint64", (_DL_FLOAT, 16): "float16", (_DL_FLOAT, 32): "float32",

@@ -17,17 +17,29 @@ SCALAR_DTYPES = ("bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "
 # the lowest bits, as ONNX and DLPack pack them), one element per register in kernels; numpy
 # holds them as ml_dtypes' one-byte-per-element types. They have no vector (lanes) form.
 SUBBYTE_DTYPES = ("int4", "uint4", "int2", "uint2")
+# Narrow floats (ml_dtypes' names): stored as their bits (16, 8 or 4), computed in float32 and
+# rounded back (round to nearest even); kernels only load, store and convert them
+# (codegen/narrow_float.py). numpy holds them as ml_dtypes arrays.
+NARROW_FLOAT_DTYPES = ("bfloat16", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz",
+                       "float8_e8m0fnu")
+_NARROW_BITS = {"bfloat16": 16}
+# Their DLPack (code, bits): kDLBfloat, and DLPack 1.1's float8 codes (runtime_c/include/dlpack.h).
+NARROW_FLOAT_DLPACK = {"bfloat16": (4, 16), "float8_e4m3fn": (10, 8), "float8_e4m3fnuz": (11, 8),
+                       "float8_e5m2": (12, 8), "float8_e5m2fnuz": (13, 8), "float8_e8m0fnu": (14, 8)}
 # The dtype of loop variables and buffer indices unless the program says otherwise.
 INDEX_DTYPE = "int32"
 
 _PATTERN = re.compile(r"^(bool|int8|int16|int32|int64|uint8|uint16|uint32|uint64|float16|float32|float64)"
                       r"(?:x(\d+))?$|^(int4|uint4|int2|uint2)$")
 
+_NARROW_PATTERN = re.compile(r"^(" + "|".join(NARROW_FLOAT_DTYPES) + r")(?:x(\d+))?$")
+
 
 def check(dtype: str) -> str:
     """Return ``dtype`` if it is a valid Kiln dtype, else raise ``ValueError`` naming the choices."""
-    if not isinstance(dtype, str) or not _PATTERN.match(dtype):
-        raise ValueError(f"unknown dtype {dtype!r}; expected one of {', '.join(SCALAR_DTYPES)}"
+    if not isinstance(dtype, str) or not (_PATTERN.match(dtype) or _NARROW_PATTERN.match(dtype)):
+        raise ValueError(f"unknown dtype {dtype!r}; expected one of "
+                         f"{', '.join(SCALAR_DTYPES + NARROW_FLOAT_DTYPES)}"
                          " (optionally with lanes, e.g. 'float32x8')")
     return dtype
 
@@ -38,7 +50,7 @@ def element(dtype: str) -> str:
 
 
 def lanes(dtype: str) -> int:
-    m = _PATTERN.match(check(dtype))
+    m = _PATTERN.match(check(dtype)) or _NARROW_PATTERN.match(dtype)
     return int(m.group(2)) if m.group(2) else 1
 
 
@@ -53,11 +65,20 @@ def with_lanes(dtype: str, n: int) -> str:
 
 def bits(dtype: str) -> int:
     e = element(dtype)
+    if e in NARROW_FLOAT_DTYPES:
+        return _NARROW_BITS.get(e, 8)
     return 1 if e == "bool" else int(re.sub(r"\D", "", e))
 
 
 def is_float(dtype: str) -> bool:
-    return element(dtype).startswith("float")
+    """Any floating-point format, the narrow ones (``is_narrow_float``) included."""
+    e = element(dtype)
+    return e.startswith("float") or e == "bfloat16"
+
+
+def is_narrow_float(dtype: str) -> bool:
+    """bfloat16 or a float8 format: held as bits, computed in float32 (``NARROW_FLOAT_DTYPES``)."""
+    return element(dtype) in NARROW_FLOAT_DTYPES
 
 
 def is_int(dtype: str) -> bool:
@@ -78,6 +99,9 @@ def to_numpy(dtype: str) -> np.dtype:
     e = element(dtype)
     if e in SUBBYTE_DTYPES:
         import ml_dtypes  # numpy has no 4- or 2-bit integers
+        return np.dtype(getattr(ml_dtypes, e))
+    if e in NARROW_FLOAT_DTYPES:
+        import ml_dtypes  # numpy has no bfloat16 or float8
         return np.dtype(getattr(ml_dtypes, e))
     return np.dtype(e)
 

@@ -137,21 +137,28 @@ def _cast(v, a):
     if to == v.dtype:
         return v
     if to == "bool":
+        if dt.is_narrow_float(v.dtype):   # compared as a value (-0 is false), not as bits
+            v = v.astype("float32")
         return v != literal(0, v.dtype)
     return v.astype(to)
 
 
+# cast also converts to and from the narrow floats (bfloat16, float8): float32 is their
+# arithmetic, cast is their only operator.
+_CAST_DTYPES = ALL_DTYPES + dt.NARROW_FLOAT_DTYPES
+
+
 def _cast_attrs(dtype, a):
     to = a["dtype"]
-    if to not in ALL_DTYPES:
-        raise error("cast", f"dtype={to!r} is not a tensor dtype; expected one of {', '.join(ALL_DTYPES)}")
+    if to not in _CAST_DTYPES:
+        raise error("cast", f"dtype={to!r} is not a tensor dtype; expected one of {', '.join(_CAST_DTYPES)}")
 
 
 def _cast_ref(x, dtype=None):
-    return np.asarray(x).astype(dtype)
+    return np.asarray(x).astype(dt.to_numpy(dtype))
 
 
-_register_unary("cast", _cast, _cast_ref, ALL_DTYPES,
+_register_unary("cast", _cast, _cast_ref, _CAST_DTYPES,
                 "cast(x, dtype=...): x converted to dtype (numpy astype: floats to ints truncate "
                 "toward zero; to bool is x != 0).",
                 out_dtype=lambda d, a: a["dtype"], check_attrs=_cast_attrs, dtype=None)
@@ -277,15 +284,15 @@ def _storage_bits(dtype: str) -> int:
 
 def _check_bitcast(src, a):
     dst = a["dtype"]
-    if not isinstance(dst, str) or dst not in ALL_DTYPES:
-        raise error("bitcast", f"dtype={dst!r} is not one of {', '.join(ALL_DTYPES)}")
+    if not isinstance(dst, str) or dst not in _CAST_DTYPES:
+        raise error("bitcast", f"dtype={dst!r} is not one of {', '.join(_CAST_DTYPES)}")
     if _storage_bits(src) != _storage_bits(dst):
         raise error("bitcast", f"{src} ({_storage_bits(src)} bits) and {dst} "
                                f"({_storage_bits(dst)} bits) differ in width")
 
 
 _register_unary("bitcast", lambda x, a: _Intrinsic("reinterpret", (x,), a["dtype"]),
-                lambda x, dtype: np.asarray(x).view(np.dtype(dtype)), ALL_DTYPES,
+                lambda x, dtype: np.asarray(x).view(dt.to_numpy(dtype)), _CAST_DTYPES,
                 "bitcast(x, dtype): the bits of each element as dtype, of the same width (bool is "
                 "one byte); numpy's view.", out_dtype=lambda d, a: a["dtype"],
                 check_attrs=_check_bitcast, dtype=None)

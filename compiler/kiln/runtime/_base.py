@@ -47,6 +47,12 @@ _PREFIX_OF_CODE = {code: prefix for prefix, code in _CODE_OF_PREFIX.items()}
 _BITS = {"int": (2, 4, 8, 16, 32, 64), "uint": (2, 4, 8, 16, 32, 64), "float": (16, 32, 64),
          "bfloat": (16,), "complex": (64, 128), "bool": (8,)}
 _DTYPE = re.compile(r"(bool|[a-z]+)(\d*)(?:x(\d+))?")
+# The float8 formats by ml_dtypes' names (numpy holds them as ml_dtypes arrays), DLPack 1.1 codes.
+_FLOAT8 = {"float8_e4m3fn": lib.kDLFloat8_e4m3fn, "float8_e4m3fnuz": lib.kDLFloat8_e4m3fnuz,
+           "float8_e5m2": lib.kDLFloat8_e5m2, "float8_e5m2fnuz": lib.kDLFloat8_e5m2fnuz,
+           "float8_e8m0fnu": lib.kDLFloat8_e8m0fnu}
+_FLOAT8_OF_CODE = {code: name for name, code in _FLOAT8.items()}
+NARROW_FLOATS = ("bfloat16",) + tuple(_FLOAT8)
 
 
 @functools.lru_cache(maxsize=256)
@@ -56,6 +62,8 @@ def parse_dtype(dtype):
         import numpy as np
 
         dtype = np.dtype(dtype).name
+    if dtype in _FLOAT8:
+        return _FLOAT8[dtype], 8, 1
     m = _DTYPE.fullmatch(dtype)
     prefix, bits, lanes = m.groups() if m else (None, None, None)
     bits = int(bits or (8 if prefix == "bool" else 0))
@@ -71,6 +79,8 @@ def dtype_name(dl_dtype):
         name = "bool"
     elif code in _PREFIX_OF_CODE:
         name = f"{_PREFIX_OF_CODE[code]}{bits}"
+    elif code in _FLOAT8_OF_CODE and bits == 8:
+        name = _FLOAT8_OF_CODE[code]
     else:
         name = f"dtype(code={code}, bits={bits})"
     return name if lanes == 1 else f"{name}x{lanes}"

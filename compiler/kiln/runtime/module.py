@@ -3,7 +3,7 @@
 import os
 import sys
 
-from ._base import KilnError, check, ffi, lib
+from ._base import NARROW_FLOATS, KilnError, check, ffi, lib
 from .device import Device
 from .. import subbyte
 from .ndarray import NDArray, array, from_dlpack
@@ -144,6 +144,11 @@ def to_value(arg, value, keep, where):
         keep.append(tensor)
         value.kind = lib.KILN_VALUE_TENSOR
         value.u.tensor = tensor._handle
+    elif _is_narrow_float_numpy(arg):   # copied into a runtime array of the right DLPack code
+        tensor = array(arg)
+        keep.append(tensor)
+        value.kind = lib.KILN_VALUE_TENSOR
+        value.u.tensor = tensor._handle
     elif hasattr(arg, "__dlpack__"):
         tensor = from_dlpack(arg)
         keep.append(tensor)
@@ -151,6 +156,13 @@ def to_value(arg, value, keep, where):
         value.u.tensor = tensor._handle
     else:
         raise TypeError(f"{where()} has unsupported type {type(arg).__name__}")
+
+
+def _is_narrow_float_numpy(arg):
+    """Whether ``arg`` is a numpy array of ml_dtypes' bfloat16 or a float8 (numpy's DLPack
+    export refuses them)."""
+    np = sys.modules.get("numpy")
+    return np is not None and isinstance(arg, np.ndarray) and arg.dtype.name in NARROW_FLOATS
 
 
 def _is_subbyte_numpy(arg):

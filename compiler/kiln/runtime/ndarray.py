@@ -4,7 +4,7 @@ frameworks through DLPack without copies."""
 import ctypes
 
 from .. import subbyte
-from ._base import check, dtype_name, ffi, lib, parse_dtype
+from ._base import NARROW_FLOATS, check, dtype_name, ffi, lib, parse_dtype
 from .device import Device, cpu
 
 # PyCapsule_New through ctypes: cffi cannot return Python objects. The capsule's name and
@@ -14,6 +14,22 @@ _capsule_new.restype = ctypes.py_object
 _capsule_new.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
 _CAPSULE_DESTRUCTOR = int(ffi.cast("uintptr_t", ffi.addressof(lib, "kiln_py_capsule_destructor")))
 _CAPSULE_NAME = {v: int(ffi.cast("uintptr_t", lib.kiln_py_capsule_name(v))) for v in (0, 1)}
+
+
+def _narrow_float_view(arr):
+    """An ml_dtypes numpy view of a bfloat16/float8 array (numpy's DLPack import knows only int,
+    float and complex codes); the view keeps ``arr`` alive."""
+    import ml_dtypes
+    import numpy as np
+
+    dl = arr._dl
+    if dl.strides != ffi.NULL and any(dl.strides[i] != s for i, s in
+                                      enumerate(np.empty(arr.shape, np.uint8).strides)):
+        raise BufferError(f"numpy(): a strided {arr.dtype} array has no numpy view; copy it first")
+    # the buffer's pointer holds a reference to arr (its destructor closure), numpy the buffer's
+    owner = ffi.gc(ffi.cast("char*", dl.data), lambda _p, _keep=arr: None)
+    dtype = np.dtype(getattr(ml_dtypes, arr.dtype))
+    return np.frombuffer(ffi.buffer(owner, arr.nbytes), dtype=dtype).reshape(arr.shape)
 
 
 def _address(ptr):
@@ -74,7 +90,10 @@ class NDArray:
                 raise BufferError(f"numpy(copy=False): {self.dtype} elements are packed several to "
                                   "a byte; numpy can only hold a copy")
             return subbyte.unpack(ffi.buffer(self._dl.data, self.nbytes), self.dtype, self.shape)
-        view = np.from_dlpack(self)
+        if self.dtype in NARROW_FLOATS:
+            view = _narrow_float_view(self)
+        else:
+            view = np.from_dlpack(self)
         return view.copy() if copy else view
 
     def copyfrom(self, source):

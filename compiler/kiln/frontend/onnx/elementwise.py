@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir import dtype as dt
+from . import narrow_float
 from .common import Unsupported, converter, dim, dtype, kiln_dtype, ndim, norm_axis, scalar_like, static_shape
 
 _UNARY = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Exp": "exp", "Log": "log",
@@ -123,19 +124,15 @@ def where(ctx, node, ins, attrs):
 
 @converter("Cast")
 def cast(ctx, node, ins, attrs):
+    """To ``to``; float8 targets saturate unless ``saturate=0`` (narrow_float.cast)."""
     to = kiln_dtype(attrs["to"], "Cast to ")
-    x = ins[0]
-    if dtype(x) == to:
-        return x
-    return ctx.op("cast", x, dtype=to)
+    return narrow_float.cast(ctx, ins[0], to, bool(attrs.get("saturate", 1)), attrs.get("round_mode", "up"))
 
 
 @converter("CastLike")
 def cast_like(ctx, node, ins, attrs):
     x, like = ins
-    if dtype(x) == dtype(like):
-        return x
-    return ctx.op("cast", x, dtype=dtype(like))
+    return narrow_float.cast(ctx, x, dtype(like), bool(attrs.get("saturate", 1)), attrs.get("round_mode", "up"))
 
 
 @converter("Identity", "Dropout")

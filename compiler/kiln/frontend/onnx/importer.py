@@ -12,6 +12,7 @@ from ...ir.graph import Constant, GraphExpr, GraphVar, TensorType, Tuple as Grap
 from ...ir.graph_builder import FunctionBuilder
 from ...ops.registry import OpError
 from . import sequence
+from . import narrow_float
 from .common import Ctx, ONNXImportError, Unsupported, kiln_dtype, lookup, supported_ops
 
 MIN_OPSET = 11
@@ -263,7 +264,7 @@ def _convert_node(ctx: Ctx, node, idx: int, env, opset: int):
         else:
             ins.append(env[nm])
     try:
-        out = fn(ctx, node, ins, _attrs(node))
+        out = narrow_float.convert(fn, ctx, node, ins, _attrs(node))   # bfloat16/float8 via float32
     except (Unsupported, OpError, NotImplementedError) as e:
         err = ONNXImportError(f"{label}: {e}")
         err.needs_constant = getattr(e, "needs_constant", None)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir import dtype as dt
+from . import narrow_float
 from .common import Unsupported, converter, dtype, kiln_dtype, ndim, norm_axis, scalar_like, static_shape
 
 _RANGES = {"uint8": (0, 255), "int8": (-128, 127), "int16": (-32768, 32767)}
@@ -54,7 +55,11 @@ def quantize_linear(ctx, node, ins, attrs):
     zp = ins[2] if len(ins) > 2 else None
     axis, block = attrs.get("axis", 1), attrs.get("block_size", 0)
     target = dtype(zp) if zp is not None else kiln_dtype(attrs.get("output_dtype", 2) or 2, "output_dtype: ")
+    if dt.is_narrow_float(dtype(x)):
+        x = _cast(ctx, x, "float32")
     s = _cast(ctx, _broadcastable(ctx, scale, x, axis, block), dtype(x))
+    if dt.is_narrow_float(target):   # float8: x / scale rounded, saturated unless saturate=0; no zero point
+        return narrow_float.cast(ctx, ctx.op("divide", x, s), target, bool(attrs.get("saturate", 1)))
     y = ctx.op("round", ctx.op("divide", x, s))
     if zp is not None:
         y = ctx.op("add", y, _cast(ctx, _broadcastable(ctx, zp, x, axis, block), dtype(x)))
