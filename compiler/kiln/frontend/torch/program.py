@@ -92,6 +92,7 @@ class _Importer:
         self.ep, self.keep, self.name = ep, keep_params_as_input, name
         self.symbols = SymbolTable(dim_names)
         self.env: Dict[str, object] = {}
+        self.functions: Dict[str, Function] = {}      # torch.cond branches, by name
 
     def run(self):
         from torch.export.graph_signature import InputKind, OutputKind, TensorArgument
@@ -132,13 +133,15 @@ class _Importer:
 
         fb = FunctionBuilder(())
         ctx = Ctx(fb, inputs)
-        ctx.symbols = self.symbols
+        ctx.symbols, ctx.importer = self.symbols, self
         if not self.keep:           # bound as constants: their values are known while importing
             ctx.weights = {w: params[w.name] for w in weights}
         with fb.dataflow():
             for node in ep.graph.nodes:
                 if node.op == "call_function":
                     self.env[node.name] = self._convert(ctx, node)
+                elif node.op == "get_attr":     # a torch.cond branch: a GraphModule
+                    self.env[node.name] = _attr(ep.graph_module, node.target)
                 elif node.op == "output":
                     outs = [self._output(a) for a in _flat(node.args[0])]
             final = [fb.emit_output(e) if not isinstance(e, Constant) else e for e in outs]
@@ -152,12 +155,42 @@ class _Importer:
         if lowers:
             attrs["kiln.limits"] = lowers
         func = Function(tuple(inputs) + tuple(weights), func.blocks, func.body, attrs)
-        mod = IRModule({self.name: func})
+        mod = IRModule({self.name: func, **self.functions})
         mod = with_bounds(mod, uppers)
         if not self.keep:
             from ...transform import bind_params
             mod, params = bind_params(self.name, params)(mod), {}
         return mod, params
+
+    def subgraph(self, gm, args, name: str):
+        """The FX graph module ``gm`` (a torch.cond branch) as a private graph function ``name``
+        taking ``args``' types: returns (the function, its outputs)."""
+        params = tuple(GraphVar(n.name, a.ty) for n, a in zip(_placeholders(gm, args), args))
+        fb = FunctionBuilder(params, attrs={"private": True})
+        ctx = Ctx(fb, list(params))
+        ctx.symbols, ctx.importer = self.symbols, self
+        with fb.dataflow():
+            outs = self.walk(ctx, gm, params)
+            final = [fb.emit_output(e) if not isinstance(e, Constant) else e for e in outs]
+        func = fb.finish(final[0] if len(final) == 1 else GraphTuple(tuple(final)))
+        self.functions[name] = func
+        return func, final
+
+    def walk(self, ctx, gm, args):
+        """Convert the nodes of graph module ``gm`` into ``ctx``'s function, its placeholders
+        being ``args``; returns its outputs."""
+        outer, self.env = self.env, {n.name: a for n, a in zip(_placeholders(gm, args), args)}
+        try:
+            for node in gm.graph.nodes:
+                if node.op == "call_function":
+                    self.env[node.name] = self._convert(ctx, node)
+                elif node.op == "get_attr":
+                    self.env[node.name] = _attr(gm, node.target)
+                elif node.op == "output":
+                    return [self._output(a) for a in _flat(node.args[0])]
+        finally:
+            self.env = outer
+        raise TorchImportError("a subgraph without an output node")
 
     # -- inputs and outputs -------------------------------------------------------------------
     def _user_input(self, pname, val, shape_env):
@@ -252,6 +285,19 @@ class _Importer:
         if isinstance(a, (list, tuple)):
             return type(a)(self._map(x, node) for x in a)
         return a
+
+
+def _placeholders(gm, args):
+    out = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(out) != len(args):
+        raise Unsupported(f"the subgraph takes {len(out)} operands, the call passes {len(args)}")
+    return out
+
+
+def _attr(module, target: str):
+    for part in target.split("."):
+        module = getattr(module, part)
+    return module
 
 
 def _finite(v):
