@@ -165,9 +165,10 @@ def conv_winograd(ctx: Optional[PassContext] = None,
                   tiles: Sequence[int] = TILES) -> Pass:
     """The pass (module docstring). For each eligible conv2d, ``choose(call, plan)`` returns
     the tile size m of F(m x m, 3 x 3) to compute it with, or None to keep the direct conv
-    (default: ``plan.choice()``, the cost rule); ``tiles`` are the sizes the plan estimates."""
+    (default: with ``ctx.tuning_db``, the layer's best tuning record (``tune/layers.py``),
+    else ``plan.choice()``, the cost rule); ``tiles`` are the sizes the plan estimates."""
     ctx = context(ctx)
-    decide = choose or (lambda _call, plan: plan.choice())
+    decide = choose or _recorded_or_cost_rule(ctx)
     rewritten = []
 
     def visit(b: Binding, em, _block) -> None:
@@ -197,6 +198,19 @@ def conv_winograd(ctx: Optional[PassContext] = None,
                 out = out.with_function(name, new)
         return out
     return Pass("conv_winograd", run)
+
+
+def _recorded_or_cost_rule(ctx: PassContext) -> Callable[[Call, ConvPlan], Optional[int]]:
+    """The default ``choose``: a measured choice where the tuning database has one for the
+    layer, the cost rule's otherwise."""
+    def choose(call: Call, plan: ConvPlan) -> Optional[int]:
+        if ctx.tuning_db:
+            from ..tune.layers import recorded_tile
+            tile = recorded_tile(call, ctx, [0] + [c.tile for c in plan.options])
+            if tile is not None:
+                return tile or None
+        return plan.choice()
+    return choose
 
 
 def decided(decisions_for: Callable[[Call], "Decisions"]

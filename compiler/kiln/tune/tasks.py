@@ -52,10 +52,12 @@ class Task:
 
 
 def unscheduled(mod: IRModule, ctx: PassContext) -> IRModule:
-    """``mod`` through the default pipeline for ``ctx`` with ``default_schedule`` off."""
+    """``mod`` through the default pipeline for ``ctx`` with ``default_schedule`` off. A
+    ``ctx.tuning_db`` then only supplies the layer decisions (``layers.py``: which convs run
+    as Winograd), so the kernels are those a compile with that database makes."""
     from ..transform.pipeline import get_pipeline
     off = tuple(ctx.disabled_passes) + ("default_schedule",)
-    return get_pipeline("default", ctx.replace(disabled_passes=off, tuning_db=None))(mod)
+    return get_pipeline("default", ctx.replace(disabled_passes=off))(mod)
 
 
 def call_counts(mod: IRModule) -> Dict[str, int]:
@@ -72,12 +74,15 @@ def call_counts(mod: IRModule) -> Dict[str, int]:
 
 def extract_tasks(mod: IRModule, target="llvm", threads: Optional[int] = None,
                   ctx: Optional[PassContext] = None,
-                  pipeline: bool = True) -> Tuple[List[Task], Dict[str, str]]:
+                  pipeline: bool = True,
+                  layers_db: Optional[str] = None) -> Tuple[List[Task], Dict[str, str]]:
     """(tasks, skipped: kernel name -> why) of ``mod`` for ``target`` at ``threads`` runtime
     threads (default: every usable core). ``ctx`` gives other pipeline options; with
     ``pipeline=False`` the module's tensor programs are taken as they are (already through a
-    pipeline with ``default_schedule`` off). Tasks are in the module's order; two kernels
-    with the same workload are one task whose ``calls`` add up."""
+    pipeline with ``default_schedule`` off). ``layers_db``: a tuning database whose layer
+    records decide which convs run as Winograd (``layers.py``; None: the cost rule). Tasks are
+    in the module's order; two kernels with the same workload are one task whose ``calls``
+    add up."""
     from ..codegen.target import parse_target
     from .measure import default_threads
     target_str = str(target) if not isinstance(target, str) else target
@@ -85,7 +90,7 @@ def extract_tasks(mod: IRModule, target="llvm", threads: Optional[int] = None,
     threads = int(threads or default_threads())
     base = (ctx or PassContext()).replace(target=target_str, cores=threads, tuning_db=None)
     if pipeline:
-        mod = unscheduled(mod, base)
+        mod = unscheduled(mod, base.replace(tuning_db=layers_db))
     counts = call_counts(mod)
     rctx = base.resolved()
     key = rctx.machine.key()

@@ -83,6 +83,7 @@ class TuneReport:
     recheck_at: Optional[float] = None     # seconds when the final re-check began
     load: Optional[float] = None           # the 1-minute load average when the run began
     cores: int = 0                         # cores this process may use
+    layers: List[Any] = field(default_factory=list)   # layers.LayerReport per conv layer
 
     def plot(self, path) -> str:
         """Draw the best model estimate against trials and wall time to the image ``path``
@@ -116,6 +117,16 @@ class TuneReport:
                                    for i, (c, w) in enumerate(zip(r, widths))))
             if j == 0:
                 lines.append("  ".join("-" * w for w in widths))
+        for lay in self.layers:
+            ts = ", ".join(f"{'direct' if o == 0 else f'winograd {o}'} {us(t)} us"
+                           for o, t in lay.times.items())
+            pick = lay.best
+            lines.append(f"layer {lay.kernel} (x{lay.calls}): {ts or lay.note}"
+                         + ("" if pick is None else
+                            f" -> {'direct' if pick == 0 else f'winograd {pick}'}"
+                            + (" (the cost rule's pick)" if pick == lay.default else
+                               " (the cost rule picked "
+                               f"{'direct' if lay.default == 0 else f'winograd {lay.default}'})")))
         d, b = self.default_model_s, self.best_model_s
         if d is not None:
             lines.append(f"model estimate (sum of calls x time): default {d * 1e3:.3f} ms, "
@@ -222,7 +233,7 @@ def tune(mod, target="llvm", db="tuning.jsonl", trials: Optional[int] = None,
          ctx=None, executor: Optional[Executor] = None, options: Optional[MeasureOptions] = None,
          batch: Optional[int] = None, seed: int = 0, progress: bool = True,
          pipeline: bool = True, confirm: bool = True, check_model: bool = True,
-         cost_model: bool = True) -> TuneReport:
+         cost_model: bool = True, layers: bool = True) -> TuneReport:
     """Tune the kernels of ``mod`` (graph functions and tensor programs, e.g. an ONNX import
     after ``bind_params``) for ``target`` at ``num_threads`` runtime threads (default: every
     core), appending every measurement to the database ``db``; returns a ``TuneReport``.
@@ -245,6 +256,9 @@ def tune(mod, target="llvm", db="tuning.jsonl", trials: Optional[int] = None,
     the whole model with the default schedules and with the records and time both end to
     end, alternating (``report.model_default_s`` / ``model_tuned_s``): kernels timed alone
     can behave differently in the model (the thread pool, caches). Apply the records with ``PassContext(tuning_db=db)`` or ``kiln.compile(..., tuning_db=db)``.
+    ``layers``: first measure the layer decisions (``layers.py``: each 3x3 conv direct or as
+    Winograd, every option compiled and timed), so the kernels tuned next are those the
+    measured choices make (``report.layers``).
     """
     t_start = time.monotonic()
     load = None            # of this machine, when candidates are timed here
@@ -257,16 +271,26 @@ def tune(mod, target="llvm", db="tuning.jsonl", trials: Optional[int] = None,
         trials = DEFAULT_TRIALS
     if trials is not None and trials < 1:
         raise ValueError(f"trials must be at least 1, got {trials}")
-    tasks, skipped = extract_tasks(mod, target, num_threads, ctx, pipeline=pipeline)
     database = Database(db)
+    own = executor is None
+    executor = executor or LocalExecutor(options)
+    layer_reports = []
+    if layers and pipeline:
+        try:
+            layer_reports = _tune_layers(mod, target, num_threads, ctx, database, executor,
+                                         progress)
+        except KeyboardInterrupt:
+            if own:
+                executor.close()
+            raise
+    tasks, skipped = extract_tasks(mod, target, num_threads, ctx, pipeline=pipeline,
+                                   layers_db=database.path)
     threads = tasks[0].threads if tasks else int(num_threads or 1)
     report = TuneReport(database.path, str(target), threads, [], dict(skipped), load=load,
-                        cores=default_threads())
+                        cores=default_threads(), layers=layer_reports)
     use_model = cost_model and available()
     states = [_TaskState(t, database, trials, seed + i, use_model) for i, t in enumerate(tasks)]
     report.kernels = [s.report for s in states]
-    own = executor is None
-    executor = executor or LocalExecutor(options)
     batch = batch or 2 * max(1, executor.slots)
     bar = _progress_bar(progress, states, trials)
 
@@ -331,7 +355,10 @@ def tune(mod, target="llvm", db="tuning.jsonl", trials: Optional[int] = None,
                      deadline=None if time_budget_s is None else t_start + time_budget_s)
         changed = [s for s in states if s.report.best_decisions
                    and s.report.best_decisions != s.report.default_decisions]
-        if check_model and pipeline and changed and any(s.report.new for s in states):
+        layers_changed = any(r.best is not None and r.best != r.default
+                             and r.note != "measured before" for r in layer_reports)
+        if check_model and pipeline and ((changed and any(s.report.new for s in states))
+                                         or layers_changed):
             _check_model(mod, target, threads, ctx, database.path, executor, report,
                          states[0].task.target_key)
     except KeyboardInterrupt:
@@ -347,6 +374,27 @@ def tune(mod, target="llvm", db="tuning.jsonl", trials: Optional[int] = None,
                                               f"({s.report.trials} candidates)")
     report.seconds = time.monotonic() - t_start
     return report
+
+
+def _tune_layers(mod, target, num_threads, ctx, database: Database, executor: Executor,
+                 progress: bool) -> list:
+    """The layer decisions of ``mod`` measured (``layers.tune_layers``), one line per layer
+    on stderr with ``progress``."""
+    from ..transform.infra import PassContext
+    from .layers import tune_layers, winograd_layers
+    threads = int(num_threads or default_threads())
+    base = (ctx or PassContext()).replace(target=str(target), cores=threads, tuning_db=None)
+    found = winograd_layers(mod, base)
+    if not found:
+        return []
+
+    def said(rep) -> None:
+        if progress:
+            best = rep.best
+            pick = "?" if best is None else ("direct" if best == 0 else f"winograd {best}")
+            print(f"kiln tune: layer {rep.kernel}: {pick}"
+                  + (f" ({rep.note})" if rep.note else ""), file=sys.stderr)
+    return tune_layers(found, str(target), threads, base, database, executor, on_layer=said)
 
 
 def _baselines(states: List[_TaskState], executor: Executor, record) -> None:

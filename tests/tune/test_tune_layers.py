@@ -1,0 +1,110 @@
+"""Layer decisions (``kiln/tune/layers.py``): each 3x3 conv's direct-or-Winograd choice as a
+measured, recorded decision that ``PassContext(tuning_db=...)`` applies."""
+import warnings
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln import ops
+from kiln.ir import FunctionBuilder, GraphVar, IRModule, TensorType
+from kiln.ir.graph import Constant
+from kiln.transform import PassContext
+from kiln.tune.apply import StaleRecordWarning
+from kiln.tune.database import Database, make_record
+from kiln.tune.layers import DECISION, layer_workload, winograd_layers
+
+X = (1, 16, 10, 10)
+
+
+def _two_convs(same: bool = True) -> IRModule:
+    """relu(conv(relu(conv(x, w1)), w2)): two 3x3 stride-1 16->16 convs, the same layer twice
+    (``same``), or the second of another weight shape (padding 0)."""
+    rng = np.random.default_rng(0)
+    w1 = Constant((rng.standard_normal((16, 16, 3, 3)) * 0.2).astype("float32"))
+    w2 = Constant((rng.standard_normal((16, 16, 3, 3)) * 0.2).astype("float32"))
+    x = GraphVar("x", TensorType(X, "float32"))
+    fb = FunctionBuilder([x])
+    with fb.dataflow():
+        a = fb.emit(ops.call("relu", fb.emit(ops.call("conv2d", x, w1, padding=(1, 1)))))
+        b = fb.emit(ops.call("conv2d", a, w2, padding=(1, 1) if same else (0, 0)))
+        out = fb.emit_output(ops.call("relu", b))
+    return IRModule({"main": fb.finish(out)})
+
+
+def _reference(x, mod):
+    """The module run through the default pipeline with Winograd off (the direct convs)."""
+    ex = kiln.compile(kiln.get_pipeline("default", PassContext(winograd=False))(mod), "llvm")
+    return kiln.VirtualMachine(ex, kiln.cpu())["main"](kiln.nd.array(x)).numpy()
+
+
+def test_layers_are_found_once_per_distinct_conv():
+    ctx = PassContext(target="llvm", cores=1)
+    same = winograd_layers(_two_convs(same=True), ctx)
+    assert len(same) == 1 and same[0].calls == 2
+    assert same[0].options[0] == 0 and set(same[0].options[1:]) == {4, 2}
+    assert same[0].kernel == "conv2d 1x16x10x10 w16x16x3x3"
+    other = winograd_layers(_two_convs(same=False), ctx)
+    assert len(other) == 2 and {t.workload for t in other} == \
+        {layer_workload(t.call) for t in other}
+    assert winograd_layers(_two_convs(), PassContext(target="llvm", winograd=False)) == []
+
+
+@pytest.mark.parametrize("choice", [0, 2, 4])
+def test_a_record_decides_the_layer_and_the_result_is_unchanged(tmp_path, choice):
+    mod = _two_convs()
+    ctx = PassContext(target="llvm", cores=1, tuning_db=str(tmp_path / "db.jsonl"))
+    (task,) = winograd_layers(mod, ctx.replace(tuning_db=None))
+    key = ctx.resolved().machine.key()
+    db = Database(ctx.tuning_db)
+    for o, s in ((0, 3e-5), (2, 2e-5), (4, 4e-5)):      # the chosen option is the fastest
+        db.append(make_record(task.workload, key, 1, task.kernel, {DECISION: o}, "ok",
+                              median_s=s / (10 if o == choice else 1),
+                              min_s=s / (10 if o == choice else 1)))
+    out = kiln.get_pipeline("default", ctx)(mod)
+    inputs = [f for f in out.functions if "winograd_input" in f]
+    assert bool(inputs) == (choice != 0), sorted(out.functions)
+    x = np.random.default_rng(1).standard_normal(X).astype("float32")
+    got = kiln.VirtualMachine(kiln.compile(out, "llvm"), kiln.cpu())["main"](
+        kiln.nd.array(x)).numpy()
+    np.testing.assert_allclose(got, _reference(x, mod), rtol=1e-4, atol=1e-4)
+    if choice:
+        # the tile reaches the transform: F(m x m, 3 x 3) works on (m + 2) x (m + 2) tiles
+        header = out[inputs[0]].script().splitlines()[3]
+        assert f"T.Buffer(({choice + 2}, {choice + 2}," in header, header
+
+
+def test_a_record_of_an_option_that_no_longer_exists_is_reported_once(tmp_path):
+    mod = _two_convs()
+    ctx = PassContext(target="llvm", cores=1, tuning_db=str(tmp_path / "db.jsonl"))
+    (task,) = winograd_layers(mod, ctx.replace(tuning_db=None))
+    Database(ctx.tuning_db).append(make_record(
+        task.workload, ctx.resolved().machine.key(), 1, task.kernel, {DECISION: 3}, "ok",
+        median_s=1e-5, min_s=1e-5))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        out = kiln.get_pipeline("default", ctx)(mod)
+    stale = [w for w in caught if issubclass(w.category, StaleRecordWarning)]
+    assert len(stale) == 1 and "winograd=3" in str(stale[0].message)
+    plain = kiln.get_pipeline("default", ctx.replace(tuning_db=None))(mod)
+    assert sorted(out.functions) == sorted(plain.functions)     # the cost rule decided
+
+
+def test_tune_measures_every_option_and_a_second_run_reuses_them(tmp_path):
+    db = tmp_path / "db.jsonl"
+    mod = _two_convs()
+    report = kiln.tune(mod, db=db, trials=1, num_threads=1, progress=False, confirm=False,
+                       check_model=False, cost_model=False)
+    (layer,) = report.layers
+    assert set(layer.times) == {0, 2, 4} and all(t and t > 0 for t in layer.times.values())
+    assert layer.best in (0, 2, 4) and layer.calls == 2
+    assert "layer conv2d 1x16x10x10 w16x16x3x3 (x2)" in str(report)
+    records = [r for r in Database(db).records() if r["workload"].startswith("layer:")]
+    assert sorted(r["decisions"][DECISION] for r in records) == [0, 2, 4]
+    # the kernels tuned are those the measured choice makes
+    names = " ".join(k.name for k in report.kernels)
+    assert ("winograd" in names) == (layer.best != 0), names
+    again = kiln.tune(mod, db=db, trials=1, num_threads=1, progress=False, confirm=False,
+                      check_model=False, cost_model=False)
+    assert again.layers[0].note == "measured before"
+    assert len([r for r in Database(db).records() if r["workload"].startswith("layer:")]) == 3
