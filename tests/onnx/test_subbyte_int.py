@@ -165,5 +165,9 @@ def test_ndarray_round_trip(name):
     assert arr.dtype == name and arr.shape == a.shape
     assert arr.nbytes == subbyte.packed_nbytes(name, a.size)
     assert np.array_equal(_as_int(arr.numpy()), _as_int(a))
+    assert np.array_equal(_as_int(np.asarray(arr)), _as_int(a))   # __array__: a copy
+    assert str(arr) == str(a) and repr(arr) == f"kiln.nd.array({np.array2string(a, separator=', ', prefix='kiln.nd.array(')}, dtype={name})"
     with pytest.raises(BufferError):
-        arr.numpy(copy=False)
+        arr.numpy(copy=False)     # packed: numpy cannot share this memory
+    out = kiln.nd.empty(a.shape, name).copyfrom(a[::-1])
+    assert np.array_equal(_as_int(out.numpy()), _as_int(a[::-1]))

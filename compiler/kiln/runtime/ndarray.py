@@ -89,7 +89,7 @@ class NDArray:
             if not copy:
                 raise BufferError(f"numpy(copy=False): {self.dtype} elements are packed several to "
                                   "a byte; numpy can only hold a copy")
-            return subbyte.unpack(ffi.buffer(self._dl.data, self.nbytes), self.dtype, self.shape)
+            return subbyte.unpack(ffi.buffer(self._data(), self.nbytes), self.dtype, self.shape)
         if self.dtype in NARROW_FLOATS:
             view = _narrow_float_view(self)
         else:
@@ -105,13 +105,23 @@ class NDArray:
             raise ValueError(f"copyfrom: shape {source.shape} does not match {self.shape}")
         if subbyte.is_subbyte(self.dtype):
             packed = subbyte.pack(source.astype(subbyte.numpy_dtype(self.dtype)))
-            ffi.memmove(self._dl.data, packed, packed.nbytes)
+            ffi.memmove(self._data(), packed, packed.nbytes)
             return self
         np.copyto(self.numpy(copy=False), source, casting="same_kind")
         return self
 
+    def _data(self):
+        """The address of the first element (data + byte_offset)."""
+        dl = self._dl
+        return ffi.cast("char*", dl.data) + dl.byte_offset
+
+    def _values(self):
+        """The values as numpy, sharing this array's memory where numpy can (a copy of packed
+        sub-byte elements, which numpy holds a byte each)."""
+        return self.numpy(copy=subbyte.is_subbyte(self.dtype))
+
     def __array__(self, dtype=None, copy=None):
-        arr = self.numpy(copy=bool(copy))
+        arr = self._values() if copy is None else self.numpy(copy=bool(copy))
         return arr if dtype is None else arr.astype(dtype, copy=False)
 
     def __dlpack_device__(self):
@@ -161,7 +171,7 @@ class NDArray:
         """The values as numpy prints them: ``[0. 1. 2.]`` (a GPU array's are copied back)."""
         if self._dl.device.device_type == lib.kDLCUDA:
             return str(self.numpy())
-        return str(self.numpy(copy=False)) if self._readable() else repr(self)
+        return str(self._values()) if self._readable() else repr(self)
 
     def __repr__(self):
         """``kiln.nd.array([0., 1., 2.], dtype=float32)``, as numpy's repr with this module's
@@ -169,13 +179,13 @@ class NDArray:
         if not self._readable():
             return f"kiln.nd.NDArray(shape={self.shape}, dtype={self.dtype}, device={self.device})"
         import numpy as np
-        body = np.array2string(self.numpy(copy=False), separator=", ", prefix="kiln.nd.array(")
+        body = np.array2string(self._values(), separator=", ", prefix="kiln.nd.array(")
         return f"kiln.nd.array({body}, dtype={self.dtype})"
 
 
 def _copy_of(arr):
     result = empty(arr.shape, arr.dtype, arr.device)
-    return result.copyfrom(arr.numpy(copy=False))
+    return result.copyfrom(arr._values())
 
 
 def empty(shape, dtype="float32", device=None):
