@@ -335,9 +335,10 @@ def cmd_tune(args) -> int:
 
 
 def cmd_inspect(args) -> int:
-    from .executable.format import dtype_nbytes
+    from .executable.format import tensor_nbytes
+    from .ir import dtype as dt
     spec = _check_library(args.library)
-    const_bytes = sum(c.nbytes for c in spec.constants)
+    const_bytes = sum(tensor_nbytes(dt.from_numpy(c.dtype), c.shape) for c in spec.constants)
     print(f"library:   {args.library} ({_fmt_bytes(os.path.getsize(args.library))})")
     print(f"target:    {spec.target}")
     print(f"writer:    {spec.writer or 'not recorded (written before kiln 0.1.0 recorded it)'}")
@@ -355,10 +356,7 @@ def cmd_inspect(args) -> int:
         for i, p in enumerate(f.params):
             nbytes = ""
             if all(isinstance(d, int) for d in p.shape):
-                n = dtype_nbytes(p.dtype)
-                for d in p.shape:
-                    n *= d
-                nbytes = f"  ({_fmt_bytes(n)})"
+                nbytes = f"  ({_fmt_bytes(tensor_nbytes(p.dtype, p.shape))})"
             print(f"    input {i}: {p.name}  {p.dtype}{_fmt_shape(p.shape)}{nbytes}")
     print(f"kernels:   {len(spec.kernels)}")
     for k in spec.kernels:

@@ -158,6 +158,18 @@ def test_packed_constant_in_the_executable():
     assert np.array_equal(_as_int(y), _as_int(np.concatenate([x, w])))
 
 
+def test_inspect_reports_packed_sizes(tmp_path, capsys):
+    """``kiln inspect`` sizes packed constants and inputs by their bits: 15 int4 are 8 bytes."""
+    from kiln.cli import main
+    m = _model([h.make_node("Concat", ["x", "w"], ["y"], axis=0)],
+               [h.make_tensor_value_info("x", TP.INT4, (1, 5))], [h.make_tensor_value_info("y", TP.INT4, (4, 5))],
+               [nh.from_array(np.zeros((3, 5), ml_dtypes.int4), "w")])
+    path = _compile(m).export_library(str(tmp_path / "int4.so"))
+    assert main(["inspect", path]) == 0
+    out = capsys.readouterr().out
+    assert "constants: 1 (8 B)" in out and "input 0: x  int4(1, 5)  (3 B)" in out, out
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_ndarray_round_trip(name):
     a = np.resize(every_value(name), (2, 3, 3)).astype(subbyte.numpy_dtype(name))

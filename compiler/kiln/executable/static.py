@@ -135,9 +135,10 @@ def arena_bytes(spec) -> Optional[int]:
                 ndim, dims = o[4], o[5:5 + o[4]]
                 if any(d < 0 for d in dims):
                     return None
-                nbytes = (o[2] * o[3] + 7) // 8
+                nbytes = o[2] * o[3]    # bits; sub-byte elements are packed
                 for d in dims:
                     nbytes *= d
+                nbytes = (nbytes + 7) // 8
                 n += _align(head(ndim)) + _align(nbytes) + 64
             elif op == Op.MAKE_TUPLE:  # kiln_tuple_init_borrowed: 8 bytes, then the items
                 n += _align(8 + value * o[1]) + 64
