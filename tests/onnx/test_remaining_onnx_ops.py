@@ -1,6 +1,6 @@
 """ONNX operators of the last backend-test gaps, each against onnxruntime where it has a kernel
 (else onnx's reference evaluator): BatchNormalization in training mode, Dropout in training mode
-with ratio 0, ConvInteger / MatMulInteger / QLinearConv, Det, MaxPool's Indices, RoiAlign."""
+with ratio 0, ConvInteger / MatMulInteger / QLinearConv, Det, MaxPool's Indices, RoiAlign, DeformConv."""
 from __future__ import annotations
 
 import numpy as np
@@ -121,3 +121,14 @@ def test_roi_align(mode, ctm):
     node = h.make_node("RoiAlign", list(feeds), ["y"], mode=mode, coordinate_transformation_mode=ctm,
                        output_height=3, output_width=4, sampling_ratio=2, spatial_scale=0.5)
     check(node, feeds, [TP.FLOAT], opset=16, rtol=1e-5, atol=1e-5)
+
+
+def test_deform_conv_groups_strides_mask():
+    n, c, ih, iw, oc, kh, kw = 2, 4, 7, 6, 6, 3, 2
+    attrs = dict(group=2, offset_group=2, strides=[2, 1], dilations=[1, 2], pads=[1, 1, 1, 0])
+    oh = (ih + 2 - kh) // 2 + 1
+    ow = iw + 1 - ((kw - 1) * 2 + 1) + 1
+    feeds = {"x": rand(n, c, ih, iw), "w": rand(oc, c // 2, kh, kw),
+             "off": 1.5 * rand(n, 2 * kh * kw * 2, oh, ow), "b": rand(oc)}
+    feeds["m"] = np.abs(rand(n, 2 * kh * kw, oh, ow))
+    check(h.make_node("DeformConv", list(feeds), ["y"], **attrs), feeds, [TP.FLOAT], opset=19, rtol=1e-4, atol=1e-4)
