@@ -21,6 +21,7 @@ BENCHMARKS = {
         names=args.models or __import__("onnx_models").MODELS, repeat=args.repeat),
     "conv": lambda args: __import__("conv").run(repeat=args.repeat),
     "microkernel": lambda args: __import__("microkernel").run(repeat=args.repeat),
+    "torch_export": lambda args: __import__("torch_export").run(repeat=args.repeat),
     # default vs tuned at fixed budgets (2, 5, 10 min per workload by default: about an hour
     # for all of them, so only when named: bench/run.py tune [--budgets 20s,1m])
     "tune": lambda args: __import__("tune").run(
