@@ -21,6 +21,9 @@ import math
 import numpy as np
 
 BITS = {"int4": 4, "uint4": 4, "int2": 2, "uint2": 2}
+# float4_e2m1fn packs the same way; its code is the low 4 bits of ml_dtypes' byte (no sign
+# extension: the code is the bits, not an integer value).
+BITS["float4_e2m1fn"] = 4
 
 
 def is_subbyte(dtype) -> bool:
@@ -47,7 +50,9 @@ def pack(arr: np.ndarray) -> np.ndarray:
     bits = BITS[name]
     per = 8 // bits
     # The two's-complement low bits of each element (astype wraps to the wider int).
-    codes = np.ascontiguousarray(arr).reshape(-1).astype(np.int8).view(np.uint8) & ((1 << bits) - 1)
+    flat = np.ascontiguousarray(arr).reshape(-1)
+    flat = flat.view(np.uint8) if name == "float4_e2m1fn" else flat.astype(np.int8).view(np.uint8)
+    codes = flat & ((1 << bits) - 1)
     n = codes.size
     padded = np.zeros(math.ceil(n / per) * per, np.uint8)
     padded[:n] = codes
@@ -69,6 +74,8 @@ def unpack(data, name: str, shape) -> np.ndarray:
         else np.asarray(data, np.uint8).reshape(-1)[:packed_nbytes(name, n)]
     mask = np.uint8((1 << bits) - 1)
     codes = np.stack([(raw >> np.uint8(k * bits)) & mask for k in range(per)], axis=1).reshape(-1)[:n]
+    if name == "float4_e2m1fn":
+        return codes.astype(np.uint8).view(numpy_dtype(name)).reshape(shape)
     values = codes.astype(np.int8)
     if not name.startswith("u"):  # sign-extend the top bit of each field
         values = np.where(values >= (1 << (bits - 1)), values - (1 << bits), values).astype(np.int8)

@@ -28,7 +28,7 @@ typedef struct {
 /* ---- validation of the library table -------------------------------------------------------- */
 
 /* The dtypes codegen emits (kiln_kernel_abi.h): scalar ints, floats, bools, and the narrow floats
- * bfloat16 and float8 (held as bits; kernels convert them). */
+ * bfloat16, float8 and float4 (held as bits; kernels convert them). */
 int kiln_dtype_supported(uint8_t code, uint8_t bits, uint16_t lanes, int allow_vector) {
   if (lanes == 0 || (lanes != 1 && !allow_vector)) return 0;
   switch (code) {
@@ -38,8 +38,11 @@ int kiln_dtype_supported(uint8_t code, uint8_t bits, uint16_t lanes, int allow_v
     case kDLFloat: return bits == 16 || bits == 32 || bits == 64;
     case kDLBfloat: return bits == 16;
     case kDLBool: return bits == 8;
-    /* float8 e4m3fn, e4m3fnuz, e5m2, e5m2fnuz, e8m0fnu: consecutive codes (one compare, no table) */
-    default: return code >= kDLFloat8_e4m3fn && code <= kDLFloat8_e8m0fnu && bits == 8;
+    /* float8 e4m3fn, e4m3fnuz, e5m2, e5m2fnuz, e8m0fnu: consecutive codes (one compare, no
+     * table); float4_e2m1fn packed like int4, scalar only */
+    default:
+      return (code >= kDLFloat8_e4m3fn && code <= kDLFloat8_e8m0fnu && bits == 8) ||
+             (code == kDLFloat4_e2m1fn && bits == 4 && lanes == 1);
   }
 }
 

@@ -1,8 +1,8 @@
-"""bfloat16 and the float8 formats converted by compiled kernels (codegen/narrow_float.py),
-against ml_dtypes' astype, bit for bit (any NaN matches any NaN):
+"""bfloat16, the float8 formats and float4_e2m1fn converted by compiled kernels
+(codegen/narrow_float.py), against ml_dtypes' astype, bit for bit (any NaN matches any NaN):
 
-- every bit pattern of each format (all 65,536 of bfloat16, all 256 of each float8) to float32
-  and back;
+- every bit pattern of each format (all 65,536 of bfloat16, all 256 of each float8, all 16 of
+  float4) to float32 and back;
 - float32 to each format at its rounding edges: every representable value, every half-way
   point between neighbours (ties go to even), the float32 values just beside each half-way
   point, overflow (inf or NaN, as the format has), underflow, -0, infinities, NaN, and random
@@ -10,7 +10,8 @@ against ml_dtypes' astype, bit for bit (any NaN matches any NaN):
 - float16 and float64 through float32, and casts to bool and int32.
 
 Each conversion runs as a serial loop and as a split loop whose inner loop is vectorized
-(8 lanes) with a tail, so the scalar and the vector code are both checked.
+(8 lanes) with a tail, so the scalar and the vector code are both checked (float4's loops stay
+scalar: its elements are fields of a byte).
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ from cg_irbuild import buf, elementwise
 ml_dtypes = pytest.importorskip("ml_dtypes")
 
 FLOAT8 = ["float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz", "float8_e8m0fnu"]
-NARROW = ["bfloat16"] + FLOAT8
+NARROW = ["bfloat16"] + FLOAT8 + ["float4_e2m1fn"]   # float4: packed two to a byte
 STRUCTURES = ["serial", "split"]
 N = 1 << 19   # room for every input below (zero-padded)
 
@@ -35,7 +36,7 @@ def _uint(dtype):
 
 
 def _all_patterns(dtype):
-    n = 1 << (8 * np.dtype(dtype).itemsize)
+    n = 16 if dtype == "float4_e2m1fn" else 1 << (8 * np.dtype(dtype).itemsize)
     return np.arange(n, dtype=_uint(dtype)).view(dtype)
 
 

@@ -30,7 +30,7 @@ _SCALAR.update({"int4": ir.IntType(4), "uint4": ir.IntType(4), "int2": ir.IntTyp
 # Narrow floats are their bits in registers and memory; only conversions touch them
 # (narrow_float.py).
 _SCALAR.update({"bfloat16": I16, "float8_e4m3fn": I8, "float8_e4m3fnuz": I8, "float8_e5m2": I8,
-                "float8_e5m2fnuz": I8, "float8_e8m0fnu": I8})
+                "float8_e5m2fnuz": I8, "float8_e8m0fnu": I8, "float4_e2m1fn": ir.IntType(4)})
 
 
 def scalar_type(dtype: str) -> ir.Type:

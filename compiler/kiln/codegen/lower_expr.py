@@ -378,7 +378,7 @@ def _int_imm(self, e: IntImm):
 def _float_imm(self, e: FloatImm):
     if dt.is_narrow_float(e.dtype):   # held as bits: the nearest value's encoding
         bits = np.asarray(float(e.value), np.float32).astype(dt.to_numpy(e.dtype))
-        return ir.Constant(cg.scalar_type(e.dtype), int(bits.view(f"uint{dt.bits(e.dtype)}")))
+        return ir.Constant(cg.scalar_type(e.dtype), int(bits.view(f"uint{max(8, dt.bits(e.dtype))}")))
     return ir.Constant(cg.scalar_type(e.dtype), float(e.value))
 
 

@@ -196,7 +196,7 @@ def dtype_to_dl(dtype: str) -> Tuple[int, int, int]:
 
 def dtype_from_dl(code: int, bits: int, lanes: int) -> str:
     """DLPack (code, bits, lanes) -> Kiln dtype; ``FormatError`` for one Kiln does not have."""
-    if (code, bits) in _NARROW_OF_DL and lanes >= 1:
+    if (code, bits) in _NARROW_OF_DL and (lanes == 1 or (lanes > 1 and bits >= 8)):
         return dt.with_lanes(_NARROW_OF_DL[code, bits], lanes)
     name = {(_DL_INT, 8): "int8", (_DL_INT, 16): "int16", (_DL_INT, 32): "int32", (_DL_INT, 64): "int64",
             (_DL_UINT, 8): "uint8", (_DL_UINT, 16): "uint16", (_DL_UINT, 32): "uint32",

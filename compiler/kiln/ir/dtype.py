@@ -21,18 +21,20 @@ SUBBYTE_DTYPES = ("int4", "uint4", "int2", "uint2")
 # rounded back (round to nearest even); kernels only load, store and convert them
 # (codegen/narrow_float.py). numpy holds them as ml_dtypes arrays.
 NARROW_FLOAT_DTYPES = ("bfloat16", "float8_e4m3fn", "float8_e4m3fnuz", "float8_e5m2", "float8_e5m2fnuz",
-                       "float8_e8m0fnu")
-_NARROW_BITS = {"bfloat16": 16}
+                       "float8_e8m0fnu", "float4_e2m1fn")
+# float4_e2m1fn is also packed, two to a byte, like int4 (is_subbyte), and has no vector form.
+_NARROW_BITS = {"bfloat16": 16, "float4_e2m1fn": 4}
 # Their DLPack (code, bits): kDLBfloat, and DLPack 1.1's float8 codes (runtime_c/include/dlpack.h).
 NARROW_FLOAT_DLPACK = {"bfloat16": (4, 16), "float8_e4m3fn": (10, 8), "float8_e4m3fnuz": (11, 8),
-                       "float8_e5m2": (12, 8), "float8_e5m2fnuz": (13, 8), "float8_e8m0fnu": (14, 8)}
+                       "float8_e5m2": (12, 8), "float8_e5m2fnuz": (13, 8), "float8_e8m0fnu": (14, 8),
+                       "float4_e2m1fn": (17, 4)}
 # The dtype of loop variables and buffer indices unless the program says otherwise.
 INDEX_DTYPE = "int32"
 
 _PATTERN = re.compile(r"^(bool|int8|int16|int32|int64|uint8|uint16|uint32|uint64|float16|float32|float64)"
                       r"(?:x(\d+))?$|^(int4|uint4|int2|uint2)$")
 
-_NARROW_PATTERN = re.compile(r"^(" + "|".join(NARROW_FLOAT_DTYPES) + r")(?:x(\d+))?$")
+_NARROW_PATTERN = re.compile(r"^(" + "|".join(NARROW_FLOAT_DTYPES[:-1]) + r")(?:x(\d+))?$|^(float4_e2m1fn)$")
 
 
 def check(dtype: str) -> str:
@@ -55,8 +57,9 @@ def lanes(dtype: str) -> int:
 
 
 def is_subbyte(dtype: str) -> bool:
-    """Whether elements of ``dtype`` are packed several to a byte (int4/uint4/int2/uint2)."""
-    return element(dtype) in SUBBYTE_DTYPES
+    """Whether elements of ``dtype`` are packed several to a byte (int4/uint4/int2/uint2,
+    float4_e2m1fn)."""
+    return element(dtype) in SUBBYTE_DTYPES or element(dtype) == "float4_e2m1fn"
 
 
 def with_lanes(dtype: str, n: int) -> str:

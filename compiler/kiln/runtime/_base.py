@@ -52,7 +52,7 @@ _FLOAT8 = {"float8_e4m3fn": lib.kDLFloat8_e4m3fn, "float8_e4m3fnuz": lib.kDLFloa
            "float8_e5m2": lib.kDLFloat8_e5m2, "float8_e5m2fnuz": lib.kDLFloat8_e5m2fnuz,
            "float8_e8m0fnu": lib.kDLFloat8_e8m0fnu}
 _FLOAT8_OF_CODE = {code: name for name, code in _FLOAT8.items()}
-NARROW_FLOATS = ("bfloat16",) + tuple(_FLOAT8)
+NARROW_FLOATS = ("bfloat16",) + tuple(_FLOAT8)   # float4_e2m1fn is packed (kiln.subbyte)
 
 
 @functools.lru_cache(maxsize=256)
@@ -64,6 +64,8 @@ def parse_dtype(dtype):
         dtype = np.dtype(dtype).name
     if dtype in _FLOAT8:
         return _FLOAT8[dtype], 8, 1
+    if dtype == "float4_e2m1fn":
+        return lib.kDLFloat4_e2m1fn, 4, 1
     m = _DTYPE.fullmatch(dtype)
     prefix, bits, lanes = m.groups() if m else (None, None, None)
     bits = int(bits or (8 if prefix == "bool" else 0))
@@ -81,6 +83,8 @@ def dtype_name(dl_dtype):
         name = f"{_PREFIX_OF_CODE[code]}{bits}"
     elif code in _FLOAT8_OF_CODE and bits == 8:
         name = _FLOAT8_OF_CODE[code]
+    elif code == lib.kDLFloat4_e2m1fn and bits == 4:
+        name = "float4_e2m1fn"
     else:
         name = f"dtype(code={code}, bits={bits})"
     return name if lanes == 1 else f"{name}x{lanes}"

@@ -58,8 +58,13 @@ def quantize_linear(ctx, node, ins, attrs):
     if dt.is_narrow_float(dtype(x)):
         x = _cast(ctx, x, "float32")
     s = _cast(ctx, _broadcastable(ctx, scale, x, axis, block), dtype(x))
-    if dt.is_narrow_float(target):   # float8: x / scale rounded, saturated unless saturate=0; no zero point
-        return narrow_float.cast(ctx, ctx.op("divide", x, s), target, bool(attrs.get("saturate", 1)))
+    if dt.is_narrow_float(target):
+        # float8: x / scale rounded, saturated unless saturate=0, no zero point; float4 (which
+        # always saturates) adds its zero point first, as the reference does
+        y = ctx.op("divide", x, s)
+        if target == "float4_e2m1fn" and zp is not None:
+            y = ctx.op("add", y, _cast(ctx, _broadcastable(ctx, zp, x, axis, block), dtype(x)))
+        return narrow_float.cast(ctx, y, target, bool(attrs.get("saturate", 1)))
     y = ctx.op("round", ctx.op("divide", x, s))
     if zp is not None:
         y = ctx.op("add", y, _cast(ctx, _broadcastable(ctx, zp, x, axis, block), dtype(x)))
