@@ -12,6 +12,9 @@ handled here:
   ``ld.shared``/``st.shared``); other scratch buffers are per-thread arrays (``.local``), and
   must have a constant size (a kernel cannot call malloc);
 * ``Barrier`` is ``llvm.nvvm.barrier0`` (``bar.sync 0``);
+* a ``threadIdx.x`` loop annotated ``kiln.cuda.warp_reduce`` (``gpu_rules``: 32 lanes reducing
+  into one element) accumulates in a register per lane, combines the lanes with
+  ``shfl.sync.bfly`` (``warp_reduce.py``) and lane 0 stores the result;
 * the function is a kernel entry (``ptx_kernel`` calling convention) that returns nothing;
   ``.maxntid`` tells ptxas the block size it will be launched with.
 """
@@ -22,13 +25,14 @@ import math
 from llvmlite import ir
 
 from ...ir import dtype as dt
-from ...ir.stmt import For
+from ...ir.stmt import BufferStore, For, SeqStmt
 from .. import cgutils as cg
 from ..errors import CodegenError
 from ..lower import STACK_LIMIT_BYTES, FuncLowerer, ModuleContext
 from ..lower_expr import BufInfo
 from .kernels import KernelPlan
 from .prepare import SHARED, Barrier
+from .warp_reduce import is_warp_loop, lower_warp_loop
 
 # Shared memory a block may use without opting in to more (all GPUs since Kepler).
 MAX_STATIC_SHARED_BYTES = 48 * 1024
@@ -46,6 +50,18 @@ class KernelLowerer(FuncLowerer):
     def stmt(self, s) -> None:
         if isinstance(s, Barrier):
             self.b.call(cg.declare(self.b.module, "llvm.nvvm.barrier0", ir.VoidType(), []), [])
+        elif isinstance(s, SeqStmt) and any(is_warp_loop(x) for x in s.seq):
+            seq, k = list(s.seq), 0
+            while k < len(seq):     # a warp loop takes the initialisation just before it
+                init = seq[k] if isinstance(seq[k], BufferStore) and k + 1 < len(seq) \
+                    and is_warp_loop(seq[k + 1]) else None
+                if init is not None and lower_warp_loop(self, seq[k + 1], init):
+                    k += 2
+                else:
+                    self.stmt(seq[k])
+                    k += 1
+        elif is_warp_loop(s):
+            lower_warp_loop(self, s, None)
         elif isinstance(s, For) and s.kind == "thread_binding":
             self._thread_loop(s)
         elif isinstance(s, For) and s.kind == "parallel":
@@ -54,10 +70,15 @@ class KernelLowerer(FuncLowerer):
         else:
             super().stmt(s)
 
+    def thread_index(self, tag: str, name: str):
+        """The i64 value of ``tag`` (``threadIdx.x``, ``blockIdx.y``, ...) in this thread."""
+        kind, axis = tag.split(".")
+        reg = cg.declare(self.b.module, f"llvm.nvvm.read.ptx.sreg.{_SREG[kind]}.{axis}", cg.I32, [])
+        return self.b.zext(self.b.call(reg, []), cg.I64, name=name)
+
     def _thread_loop(self, s: For) -> None:
         kind, axis = s.thread_binding.split(".")
-        reg = cg.declare(self.b.module, f"llvm.nvvm.read.ptx.sreg.{_SREG[kind]}.{axis}", cg.I32, [])
-        idx = self.b.zext(self.b.call(reg, []), cg.I64, name=s.loop_var.name)
+        idx = self.thread_index(s.thread_binding, s.loop_var.name)
         self.vars[s.loop_var] = self._iarith("add", self.scalar_index(s.min), idx, "int64")
         launched = self.plan.block["xyz".index(axis)] if kind == "threadIdx" else None
         extent = cg.constant_int(self.scalar_index(s.extent))
