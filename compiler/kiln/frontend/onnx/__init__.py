@@ -8,8 +8,8 @@ converter applies from. ``supported_ops()`` lists the op types.
 from . import (attention, control_flow, einsum, elementwise, grid, indexing, loss, nn, quantize,  # noqa: F401
                recurrent, reduction, spectral, tensor)  # (each registers its converters)
 from . import loop, sequence  # noqa: F401,E402  (control flow and sequences)
-from . import (deform_conv, det, flex_attention, integer_ops, linear_attention, ml,  # noqa: F401,E402
-               roi_align, tfidf, training)
+from . import (data_dependent, deform_conv, det, flex_attention, integer_ops,  # noqa: F401,E402
+               linear_attention, ml, roi_align, tfidf, training)
 from .common import ONNXImportError, supported_ops
 from .importer import from_onnx
 
