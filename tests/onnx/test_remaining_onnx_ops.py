@@ -1,6 +1,7 @@
 """ONNX operators of the last backend-test gaps, each against onnxruntime where it has a kernel
 (else onnx's reference evaluator): BatchNormalization in training mode, Dropout in training mode
-with ratio 0, ConvInteger / MatMulInteger / QLinearConv, Det, MaxPool's Indices, RoiAlign, DeformConv."""
+with ratio 0, ConvInteger / MatMulInteger / QLinearConv, Det, MaxPool's Indices, RoiAlign, DeformConv,
+MelWeightMatrix."""
 from __future__ import annotations
 
 import numpy as np
@@ -132,3 +133,22 @@ def test_deform_conv_groups_strides_mask():
              "off": 1.5 * rand(n, 2 * kh * kw * 2, oh, ow), "b": rand(oc)}
     feeds["m"] = np.abs(rand(n, 2 * kh * kw, oh, ow))
     check(h.make_node("DeformConv", list(feeds), ["y"], **attrs), feeds, [TP.FLOAT], opset=19, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("args", [(8, 16, 8192, 0.0, 4096.0), (5, 64, 16000, 100.0, 7000.0)])
+def test_mel_weight_matrix(args):
+    names = ["bins", "n_fft", "rate", "lo", "hi"]
+    inits = [(n, np.array(v, np.int32 if i < 3 else np.float32)) for i, (n, v) in enumerate(zip(names, args))]
+    node = h.make_node("MelWeightMatrix", names, ["m"])
+    x = rand(3, args[1] // 2 + 1)  # a spectrogram for the bank to map: the graph's run-time input
+    m = h.make_model(h.make_graph([node, h.make_node("MatMul", ["x", "m"], ["y"])], "g",
+                                  [h.make_tensor_value_info("x", TP.FLOAT, list(x.shape))],
+                                  [h.make_tensor_value_info("y", TP.FLOAT, None)],
+                                  [nh.from_array(v, n) for n, v in inits]),
+                     opset_imports=[h.make_opsetid("", 17)])
+    m.ir_version = 8
+    (want,) = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    mod, params = from_onnx(m)
+    mod = kiln.transform.bind_params("main", params)(mod) if params else mod
+    vm = kiln.VirtualMachine(kiln.compile(kiln.get_pipeline("default")(mod), "llvm"), kiln.cpu())
+    np.testing.assert_allclose(vm["main"](x).numpy(), want, rtol=1e-5, atol=1e-5)

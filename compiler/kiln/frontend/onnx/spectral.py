@@ -105,3 +105,37 @@ def stft(ctx, node, ins, attrs):
     if window is not None:
         frames = ctx.op("multiply", frames, ctx.op("reshape", window, shape=(win, 1)))
     return dft(ctx, frames, len(shp) - 1, frame_length, False, bool(attrs.get("onesided", 1)))
+
+
+@converter("MelWeightMatrix", since=17)
+def mel_weight_matrix(ctx, node, ins, attrs):
+    """The (dft_length // 2 + 1, num_mel_bins) triangular filter bank mapping a one-sided
+    spectrum onto mel bins. Every input is a scalar that shapes the output, so the matrix is
+    built at import (numpy, as the ONNX reference: band edges equally spaced in mel, floored
+    to spectrum bins)."""
+    what = "(it shapes the output)"
+    mels, n_fft, rate = (_int(ctx, e, f"{name} {what}") for e, name in
+                         zip(ins[:3], ("num_mel_bins", "dft_length", "sample_rate")))
+    lo, hi = (float(np.asarray(ctx.need_value(e, f"{name} {what}")).reshape(-1)[0])
+              for e, name in zip(ins[3:5], ("lower_edge_hertz", "upper_edge_hertz")))
+    if mels < 1 or n_fft < 1 or rate < 1:
+        raise Unsupported(f"num_mel_bins={mels}, dft_length={n_fft} and sample_rate={rate} must be positive")
+    from ...ir import dtype as dt
+    from .common import kiln_dtype
+    out_dt = kiln_dtype(attrs.get("output_datatype", 1), "output_datatype: ")
+
+    def to_mel(f):
+        return 2595 * np.log1p(f / 700) / np.log(10)
+    step = (to_mel(hi) - to_mel(lo)) / (mels + 2)       # the reference divides by mels + 2
+    edges = 700 * np.expm1((np.arange(mels + 2) * step + to_mel(lo)) / 2595 * np.log(10))
+    edges = (((n_fft + 1) * edges) // rate).astype(int)
+    out = np.zeros((n_fft // 2 + 1, mels))
+    for i in range(mels):
+        left, center, right = edges[i:i + 3]
+        if center == left:
+            out[center, i] = 1
+        else:
+            out[left:center + 1, i] = (np.arange(left, center + 1) - left) / (center - left)
+        if right > center:
+            out[center:right, i] = (right - np.arange(center, right)) / (right - center)
+    return ctx.const(out.astype(dt.to_numpy(out_dt)))
