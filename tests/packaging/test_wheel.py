@@ -202,41 +202,55 @@ def _build_wheel(src: pathlib.Path, out: pathlib.Path) -> pathlib.Path:
     return wheels[0]
 
 
-@pytest.fixture(scope="session")
-def wheel(tmp_path_factory):
-    """The wheel built from a copy of the working tree's sources: once per test session, shared
-    by the xdist workers (the first builds it under a lock in their common temp dir)."""
+def _once_per_session(tmp_path_factory, name: str, done: str, make):
+    """``shared/name``, made by ``make(path)`` once per test session however many xdist workers
+    ask (the first makes it under a lock in their common temp dir; ``done``, a file inside,
+    marks it complete, so a half-made one from a failed attempt is made again)."""
     shared = tmp_path_factory.getbasetemp()
     if os.environ.get("PYTEST_XDIST_WORKER"):
         shared = shared.parent   # every xdist worker's basetemp lies in the session's
-    base = shared / "kiln-wheel"
-    with open(shared / "kiln-wheel.lock", "a") as lock:
+    base = shared / name
+    with open(shared / f"{name}.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
-            built = list((base / "dist").glob("kiln-*.whl"))
-            if built:
-                return built[0]
-            shutil.rmtree(base, ignore_errors=True)   # a build that failed half way
-            return _build_wheel(_copy_sources(base / "src"), base / "dist")
+            if not (base / done).exists():
+                shutil.rmtree(base, ignore_errors=True)
+                base.mkdir()
+                make(base)
+                (base / done).touch()
+            return base
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
 
 
-class Env:
-    """A fresh virtual environment with the wheel installed, and a working directory beside it."""
+@pytest.fixture(scope="session")
+def wheel(tmp_path_factory):
+    """The wheel built from a copy of the working tree's sources: once per test session, shared
+    by the xdist workers."""
+    base = _once_per_session(tmp_path_factory, "kiln-wheel", "built",
+                             lambda b: _build_wheel(_copy_sources(b / "src"), b / "dist"))
+    return next((base / "dist").glob("kiln-*.whl"))
 
-    def __init__(self, base: pathlib.Path, wheel_path: pathlib.Path):
-        self.venv, self.cwd = base / "venv", base / "work"
+
+class Env:
+    """A fresh virtual environment with the wheel installed (``venv``, made by ``install``), and
+    a working directory of this worker's (``cwd``)."""
+
+    def __init__(self, venv: pathlib.Path, cwd: pathlib.Path):
+        self.venv, self.cwd = venv, cwd
         self.cwd.mkdir()
-        _run([sys.executable, "-m", "venv", self.venv], cwd=base)
         self.bin = self.venv / "bin"
         self.env = {k: v for k, v in os.environ.items()
                     if k not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "KILN_CACHE_DIR")}
         self.env.update(PATH=f"{self.bin}{os.pathsep}{os.environ.get('PATH', '')}",
-                        VIRTUAL_ENV=str(self.venv), KILN_CACHE_DIR=str(base / "kiln-cache"))
-        self.run(self.bin / "python", "-m", "pip", "install", "-q", wheel_path)
+                        VIRTUAL_ENV=str(self.venv), KILN_CACHE_DIR=str(cwd / "kiln-cache"))
         self.site = pathlib.Path(self.run(self.bin / "python", "-c",
                                           "import sysconfig; print(sysconfig.get_paths()['purelib'])").strip())
+
+    @staticmethod
+    def install(venv: pathlib.Path, wheel_path: pathlib.Path) -> None:
+        _run([sys.executable, "-m", "venv", venv], cwd=venv.parent)
+        _run([venv / "bin" / "python", "-m", "pip", "install", "-q", wheel_path], cwd=venv.parent)
 
     def run(self, *cmd, cwd=None, env=None):
         return _run(cmd, cwd=cwd or self.cwd, env={**self.env, **(env or {})})
@@ -252,7 +266,11 @@ class Env:
 
 @pytest.fixture(scope="session")
 def env(wheel, tmp_path_factory):
-    return Env(tmp_path_factory.mktemp("installed"), wheel)
+    """The installed wheel: one virtual environment per session (shared by the xdist workers,
+    like the wheel: installing it is most of these tests' cost), a working directory each."""
+    base = _once_per_session(tmp_path_factory, "kiln-venv", "installed",
+                             lambda b: Env.install(b / "venv", wheel))
+    return Env(base / "venv", tmp_path_factory.mktemp("installed") / "work")
 
 
 @pytest.fixture(scope="session")
