@@ -156,3 +156,20 @@ def test_narrow_to_narrow(library):
     y = _all_patterns("bfloat16")
     _assert_same(_run(library, "bfloat16", "float8_e5m2", y, "split"), _expected(y.astype(np.float32), "float8_e5m2"),
                  "bfloat16 -> float8_e5m2")
+
+
+@pytest.mark.parametrize("dtype", NARROW)
+def test_reference_evaluator_converts_as_ml_dtypes(dtype):
+    """kiln.ir.evaluator (the reference the other codegen tests compare with) rounds through the
+    narrow dtype like ml_dtypes."""
+    from kiln.ir.evaluator import evaluate
+    x = np.concatenate([_edges(dtype)[::97], [np.nan, -0.0, np.inf]]).astype(np.float32)
+    a, mid, c = buf("A", (x.size,), "float32"), buf("M", (x.size,), dtype), buf("C", (x.size,), "float32")
+    down = elementwise(x.size, [a], mid, lambda v: v.astype(dtype))
+    up = elementwise(x.size, [mid], c, lambda v: v.astype("float32"))
+    m = np.zeros(x.size, dtype)
+    out = np.zeros(x.size, np.float32)
+    evaluate(down, x, m)
+    evaluate(up, m, out)
+    _assert_same(m, _expected(x, dtype), f"evaluator float32 -> {dtype}")
+    _assert_same(out, _expected(x, dtype).astype(np.float32), f"evaluator {dtype} -> float32")

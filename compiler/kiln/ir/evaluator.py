@@ -144,7 +144,7 @@ def _cast(x, dtype: str):
     if dt.is_int(e):
         v = int(x) if not isinstance(x, (float, np.floating)) or math.isfinite(x) else 0
         return int(np.array(v).astype(e))  # wrap around like the machine does
-    return getattr(np, e)(x)
+    return dt.to_numpy(e).type(x)   # (bfloat16 and float8: ml_dtypes' scalar types)
 
 
 def _div(a, b):
