@@ -1,7 +1,7 @@
 """ONNX operators of the last backend-test gaps, each against onnxruntime where it has a kernel
 (else onnx's reference evaluator): BatchNormalization in training mode, Dropout in training mode
 with ratio 0, ConvInteger / MatMulInteger / QLinearConv, Det, MaxPool's Indices, RoiAlign, DeformConv,
-MelWeightMatrix."""
+MelWeightMatrix, 3-D ConvTranspose."""
 from __future__ import annotations
 
 import numpy as np
@@ -152,3 +152,13 @@ def test_mel_weight_matrix(args):
     mod = kiln.transform.bind_params("main", params)(mod) if params else mod
     vm = kiln.VirtualMachine(kiln.compile(kiln.get_pipeline("default")(mod), "llvm"), kiln.cpu())
     np.testing.assert_allclose(vm["main"](x).numpy(), want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("attrs", [
+    dict(strides=[2, 1, 2], pads=[1, 0, 0, 0, 1, 1], output_padding=[1, 0, 0], group=2),
+    dict(dilations=[2, 1, 1], auto_pad="SAME_UPPER", strides=[1, 2, 1]),
+])
+def test_conv_transpose_3d(attrs):
+    feeds = {"x": rand(1, 4, 3, 4, 3), "w": rand(4, 3, 3, 2, 2), "b": rand(3 * attrs.get("group", 1))}
+    check(h.make_node("ConvTranspose", list(feeds), ["y"], **attrs), feeds, [TP.FLOAT], opset=11,
+          rtol=1e-4, atol=1e-4)

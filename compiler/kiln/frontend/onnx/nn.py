@@ -67,8 +67,11 @@ def conv_transpose(ctx, node, ins, attrs):
     x, w = ins[0], ins[1]
     b = ins[2] if len(ins) > 2 else None
     nsp = ndim(x) - 2
+    if nsp == 3:
+        from .conv3d import conv_transpose_3d
+        return conv_transpose_3d(ctx, x, w, b, attrs)
     if nsp not in (1, 2):
-        raise Unsupported(f"{nsp}-D ConvTranspose is not supported (1-D and 2-D are)")
+        raise Unsupported(f"{nsp}-D ConvTranspose is not supported (1-D, 2-D and 3-D are)")
     if nsp == 1:
         x = ctx.op("expand_dims", x, axis=2)
         w = ctx.op("expand_dims", w, axis=2)
