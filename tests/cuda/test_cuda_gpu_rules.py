@@ -70,6 +70,62 @@ def test_softmax_and_layer_norm_use_warp_reductions(tmp_path):
         assert r.returncode == 0, r.stderr
 
 
+def _matmul(kind, m=64, n=48, k=32, batch=4):
+    """C = A @ B as ``kind``: "matmul" (A[i, k] B[k, j]), "dense" (B[j, k]) or "batch"."""
+    kk = te.reduce_axis((0, k), name="k")
+    if kind == "batch":
+        A, B = te.placeholder((batch, m, k), name="A"), te.placeholder((batch, k, n), name="B")
+        C = te.compute((batch, m, n), lambda z, i, j: te.sum(A[z, i, kk] * B[z, kk, j], axis=kk), name="C")
+    elif kind == "dense":
+        A, B = te.placeholder((m, k), name="A"), te.placeholder((n, k), name="B")
+        C = te.compute((m, n), lambda i, j: te.sum(A[i, kk] * B[j, kk], axis=kk), name="C")
+    else:
+        A, B = te.placeholder((m, k), name="A"), te.placeholder((k, n), name="B")
+        C = te.compute((m, n), lambda i, j: te.sum(A[i, kk] * B[kk, j], axis=kk), name="C")
+    return te.create_prim_func([A, B, C])
+
+
+def _numpy_matmul(kind, a, b):
+    return a @ b.T if kind == "dense" else a @ b
+
+
+@pytest.mark.parametrize("kind", ["matmul", "dense", "batch"])
+def test_matmul_is_tiled_through_shared_memory(kind, tmp_path):
+    func = schedule_for_gpu(_matmul(kind))
+    assert dict(func.attrs)["kiln.schedule"] == "gpu_matmul_tiles"
+    cm = compile_cuda(IRModule({"main": func}), "cuda -arch=sm_80")
+    (kernel,) = cm.functions["main"]["kernels"]
+    assert kernel["block"] == [16, 16, 1]
+    assert kernel["grid"] == [3, 4, 4 if kind == "batch" else 1]
+    # Two 16 x 16 float tiles in shared memory, written and read between barriers.
+    assert len(re.findall(r"\.shared \.align \d+ \.b8 \S+\[1024\]", cm.ptx)) == 2
+    assert "st.shared" in cm.ptx and "ld.shared" in cm.ptx and "bar.sync" in cm.ptx
+    if ptxas() is not None:
+        r = assemble(cm.ptx, "sm_80", tmp_path)
+        assert r.returncode == 0, r.stderr
+        assert "2048 bytes smem" in r.stderr and "0 bytes stack frame" in r.stderr   # acc in a register
+
+
+def test_matmul_not_a_multiple_of_16_is_not_tiled():
+    assert dict(schedule_for_gpu(_matmul("matmul", m=1)).attrs)["kiln.schedule"] == "gpu_warp_reduce"
+    assert dict(schedule_for_gpu(_matmul("dense", k=40)).attrs)["kiln.schedule"] == "gpu_warp_reduce"
+    assert dict(schedule_for_gpu(_matmul("dense", k=8)).attrs)["kiln.schedule"] == "gpu_spatial"
+
+
+@pytest.mark.skipif(not cuda_device.is_available(0), reason="no CUDA driver/GPU on this machine")
+@pytest.mark.parametrize("kind", ["matmul", "dense", "batch"])
+def test_tiled_matmul_numbers_on_the_gpu(kind):
+    gpu = kiln.cuda(0)
+    func = _matmul(kind)
+    rt = kiln.build(IRModule({"main": schedule_for_gpu(func)}), "cuda")
+    rng = np.random.default_rng(1)
+    a, b = [rng.standard_normal(tuple(int(d) for d in p.shape)).astype("float32") for p in func.params[:2]]
+    want = _numpy_matmul(kind, a, b)
+    c = kiln.nd.empty(want.shape, "float32", gpu)
+    rt(kiln.nd.array(a, gpu), kiln.nd.array(b, gpu), c)
+    np.testing.assert_allclose(c.numpy(), want, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.skipif(not cuda_device.is_available(0), reason="no CUDA driver/GPU on this machine")
 @pytest.mark.parametrize("kind", sorted(REDUCERS))
 @pytest.mark.parametrize("rows,length", [(1, 32), (7, 100), (300, 1000)])

@@ -105,7 +105,7 @@ def test_gpt_decoder_compiles_for_cuda(tmp_path):
 def test_resnet18_compiles_for_cuda(tmp_path):
     mod, path, inputs = _onnx_model("resnet18", tmp_path)
     ex = _compile(mod)
-    assert len(ex.spec.cuda.entries) >= 40
+    assert len(ex.spec.cuda.entries) >= 30
     _check_artifact(ex, tmp_path)
 
 

@@ -1,7 +1,8 @@
 """The default GPU rules, chosen per block: ``schedule_gpu(func) -> (func', rules used)``.
 
-Each top-level block of a tensor program is one kernel (``kernels.plan_kernels``); the rule is
-chosen per block:
+Elementwise intermediates are first inlined into their consumers (as the CPU rules do). Each
+remaining top-level block of a tensor program is one kernel (``kernels.plan_kernels``); the
+rule is chosen per block:
 
 * ``gpu_warp_reduce`` for a **row reduction**: a float32 sum/max/min block whose loops are its
   spatial loops then its reduction loops, with a reduction of at least 32 elements and not too
@@ -13,6 +14,9 @@ chosen per block:
   partial results with five ``shfl.sync.bfly`` (``llvm.nvvm.shfl.sync.bfly.f32``) and lane 0
   writes the result. (The schedule primitives refuse to bind a reduction loop to threads; the
   annotation is what makes it a cross-thread reduction, so the rule sets both on the IR.)
+* ``gpu_matmul_tiles`` (``gpu_matmul``) for a matmul whose i, j and k are multiples of 16:
+  16 x 16 thread blocks over 16 x 16 tiles of C, the operands staged through shared memory one
+  16-wide slice of k at a time, the accumulator in a register. Tried first.
 * ``gpu_spatial`` otherwise (``schedule.bind_spatial_loops``): one output element per thread,
   its reduction serial; correct for every kernel of the operator library.
 
@@ -101,20 +105,42 @@ def _bind_lanes(func: PrimFunc, lanes: dict) -> PrimFunc:
 def schedule_gpu(func: PrimFunc, threads: int = DEFAULT_THREADS) -> Tuple[PrimFunc, List[str]]:
     """``func`` with each top-level block scheduled by its rule; and the rules used."""
     from ...schedule import Schedule
+    from ...schedule.state import ScheduleError
+    from ...transform.schedule_rules import inline_intermediates
+    from .gpu_matmul import bind_copies, matmul_shape, schedule_matmul
     sch = Schedule(func)
-    root = func.body.block.name_hint
-    lanes, used = {}, []
-    for blk in sch.get_child_blocks(sch.get_block(root)):
+    # Elementwise intermediates computed where they are used: fewer kernels, no scratch trip.
+    inline_intermediates(sch, keep=lambda info: False)
+    root = sch.func.body.block.name_hint
+    names = [b.name for b in sch.get_child_blocks(sch.get_block(root))]
+    bound, used = {}, []
+    for name in names:
+        blk = sch.get_block(name)
         realize, _ = sch._realize(blk)
         fors = [sch._loop(lp)[0] for lp in sch.get_loops(blk)]
-        found = row_reduction(realize, fors)
-        if found is not None:
-            lanes[_warp_reduce_block(sch, blk, found[0])] = found[1]
-            name = "gpu_warp_reduce"
-        else:
-            bind_block_spatial(sch, blk, threads)
-            name = "gpu_spatial"
-        if name not in used:
-            used.append(name)
+        rule = "gpu_spatial"
+        tiled = matmul_shape(realize, fors)
+        if tiled is not None:
+            trial = Schedule(sch.func)      # the rule on a copy: a refusal leaves sch as it was
+            try:
+                bound.update(schedule_matmul(trial, trial.get_block(name), tiled))
+                sch, rule = trial, "gpu_matmul_tiles"
+            except ScheduleError:
+                pass
+        if rule == "gpu_spatial":
+            found = row_reduction(realize, fors)
+            if found is not None:
+                bound[_warp_reduce_block(sch, blk, found[0])] = (WARP_REDUCE, found[1])
+                rule = "gpu_warp_reduce"
+            else:
+                bind_block_spatial(sch, blk, threads)
+        if rule not in used:
+            used.append(rule)
     out = sch.func
-    return (_bind_lanes(out, lanes) if lanes else out), used or ["gpu_spatial"]
+    lanes = {v: c for v, c in bound.items() if isinstance(c, tuple)}
+    copies = {v: c for v, c in bound.items() if not isinstance(c, tuple)}
+    if copies:
+        out = bind_copies(out, copies)
+    if lanes:
+        out = _bind_lanes(out, {v: c[1] for v, c in lanes.items()})
+    return out, used or ["gpu_spatial"]
