@@ -1,6 +1,7 @@
-"""NonZero, Unique and NonMaxSuppression, whose output sizes depend on input values: computed at
-import from constant inputs (checked against onnxruntime), and a run-time input refused with an
-error naming it (the ONNX backend then specialises on it)."""
+"""NonZero, Unique, NonMaxSuppression and ImageDecoder, whose output sizes depend on input values:
+computed at import from constant inputs (checked against onnxruntime; ImageDecoder against the
+pixels of a losslessly encoded image), and a run-time input refused with an error naming it (the
+ONNX backend then specialises on it)."""
 from __future__ import annotations
 
 import numpy as np
@@ -70,3 +71,26 @@ def test_runtime_input_names_what_must_be_constant():
     with pytest.raises(ONNXImportError, match="NonZero's input .*depends on its values.* must be a constant") as e:
         from_onnx(m)
     assert e.value.needs_constant == "x"
+
+
+@pytest.mark.parametrize("fmt,pixel_format", [("PNG", "RGB"), ("BMP", "BGR"), ("PNG", "Grayscale")])
+def test_image_decoder_lossless(fmt, pixel_format):
+    PIL = pytest.importorskip("PIL.Image")
+    import io
+    pixels = RNG.integers(0, 256, (5, 7, 3)).astype(np.uint8)
+    buf = io.BytesIO()
+    PIL.fromarray(pixels).save(buf, format=fmt)
+    encoded = np.frombuffer(buf.getvalue(), np.uint8)
+    node = h.make_node("ImageDecoder", ["x"], ["y"], pixel_format=pixel_format)
+    m = h.make_model(h.make_graph([node, h.make_node("Identity", ["y"], ["z"])], "g", [],
+                                  [h.make_tensor_value_info("z", TP.UINT8, None)], [nh.from_array(encoded, "x")]),
+                     opset_imports=[h.make_opsetid("", 20)])
+    mod, params = from_onnx(m)
+    mod = kiln.transform.bind_params("main", params)(mod) if params else mod
+    got = kiln.VirtualMachine(kiln.compile(kiln.get_pipeline("default")(mod), "llvm"), kiln.cpu())["main"]()
+    got = np.asarray(got.numpy() if hasattr(got, "numpy") else got)
+    if pixel_format == "Grayscale":   # ITU-R 601-2 luma, as Pillow's convert("L")
+        want = np.asarray(PIL.fromarray(pixels).convert("L"))[:, :, None]
+    else:
+        want = pixels if pixel_format == "RGB" else pixels[:, :, ::-1]
+    np.testing.assert_array_equal(got, want)

@@ -1,5 +1,5 @@
 """Operators whose output *shape* depends on their input *values*: NonZero, Unique,
-NonMaxSuppression.
+NonMaxSuppression, ImageDecoder.
 
 Every Kiln tensor's shape is a function of the graph inputs' shapes (symbolic dims, derived
 dims), so a count of selected elements cannot size an output at run time. These converters
@@ -10,9 +10,11 @@ it does for shape inputs. They pass the backend node tests that way, not the run
 """
 from __future__ import annotations
 
+import io
+
 import numpy as np
 
-from .common import converter
+from .common import Unsupported, converter
 
 _WHY = "(the output's size depends on its values)"
 
@@ -102,3 +104,29 @@ def non_max_suppression(ctx, node, ins, attrs):
                     kept.append(i)
                     rows.append((b, c, i))
     return ctx.const(np.array(rows, dtype=np.int64).reshape(-1, 3))
+
+
+@converter("ImageDecoder", since=20)
+def image_decoder(ctx, node, ins, attrs):
+    """(H, W, 3) RGB or BGR, or (H, W, 1) grayscale uint8 pixels of an encoded image (JPEG, PNG,
+    BMP, TIFF, WebP, PNM, JPEG 2000), decoded with Pillow as the ONNX reference does; the image's
+    size is in its bytes, so they must be known at import."""
+    data = np.asarray(ctx.need_value(ins[0], f"ImageDecoder's encoded image {_WHY}"))
+    fmt = attrs.get("pixel_format", "RGB")
+    if fmt not in ("RGB", "BGR", "Grayscale"):
+        raise Unsupported(f"pixel_format={fmt!r} is not RGB, BGR or Grayscale")
+    try:
+        import PIL.Image
+    except ImportError:
+        raise Unsupported("ImageDecoder needs Pillow (pip install pillow)") from None
+    try:
+        img = PIL.Image.open(io.BytesIO(data.tobytes()))
+        img = img.convert("L" if fmt == "Grayscale" else "RGB")
+    except (OSError, ValueError, SyntaxError) as e:  # Pillow's words for bytes it cannot decode
+        raise Unsupported(f"cannot decode the image ({data.size} bytes): {e}") from None
+    pixels = np.asarray(img, dtype=np.uint8)
+    if fmt == "Grayscale":
+        pixels = pixels[:, :, None]
+    elif fmt == "BGR":
+        pixels = pixels[:, :, ::-1]
+    return ctx.const(np.ascontiguousarray(pixels))
