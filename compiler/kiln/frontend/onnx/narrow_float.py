@@ -28,19 +28,23 @@ def largest(to: str) -> float:
 
 
 def _tensor_dtype(e):
-    ty = getattr(e, "ty", None)
-    return getattr(ty, "dtype", None)
+    """The dtype of a tensor value; None for anything else (a sequence, a missing input)."""
+    return getattr(getattr(e, "ty", None), "dtype", None)
+
+
+def _is_narrow(e) -> bool:
+    d = _tensor_dtype(e)
+    return d is not None and dt.is_narrow_float(d)
 
 
 def convert(fn, ctx, node, ins, attrs):
     """Run converter ``fn`` on ``node``; when the node is not one of NATIVE_OPS and takes narrow
     floats, it sees them as float32 and its float32 outputs come back as the (first) narrow
     input's dtype."""
-    narrow = [_tensor_dtype(x) for x in ins if x is not None and dt.is_narrow_float(_tensor_dtype(x) or "bool")]
+    narrow = [_tensor_dtype(x) for x in ins if _is_narrow(x)]
     if node.op_type in NATIVE_OPS or not narrow or node.domain not in ("", "ai.onnx"):
         return fn(ctx, node, ins, attrs)
-    wide = [ctx.op("cast", x, dtype="float32")
-            if x is not None and dt.is_narrow_float(_tensor_dtype(x) or "bool") else x for x in ins]
+    wide = [ctx.op("cast", x, dtype="float32") if _is_narrow(x) else x for x in ins]
     try:
         out = fn(ctx, node, wide, attrs)
     except Unsupported as e:
@@ -49,9 +53,12 @@ def convert(fn, ctx, node, ins, attrs):
             if w is not x and e.needs_constant == getattr(w, "name", None):
                 e.needs_constant = getattr(x, "name", None)
         raise
-    back = lambda y: ctx.op("cast", y, dtype=narrow[0]) if _tensor_dtype(y) == "float32" else y
+
+    def back(y):
+        return ctx.op("cast", y, dtype=narrow[0]) if _tensor_dtype(y) == "float32" else y
+
     if isinstance(out, (list, tuple)):
-        return type(out)(back(y) if y is not None else y for y in out)
+        return type(out)(back(y) for y in out)
     return back(out)
 
 
