@@ -2,7 +2,8 @@
 item 1), all from real artifacts:
 
 - fuzz_blob: the executable blobs of the models of reliability_models.py (MLP, CNN, ONNX If,
-  symbolic n), of a model calling an external function, and of the fixture executables of
+  symbolic n), of a model calling an external function, of an MLP compiled for CUDA (the
+  optional CUDA section), and of the fixture executables of
   tests/runtime (every opcode, IF with private functions and FREE, derived dimensions); the
   kernel libraries they resolve against go into KILN_FUZZ_LIBS;
 - fuzz_elf: those model .so files and the fixture kernel libraries, whole;
@@ -109,7 +110,17 @@ def write_seeds(out: pathlib.Path, model_dirs) -> dict:
     seed("fuzz_blob", serialize(derived))
     seed("fuzz_static", _table([_CONCAT]) + serialize(derived))
     seed("fuzz_static", _table([_MAIN, _SCALE]))  # a table alone, no blob
+    seed("fuzz_blob", cuda_blob())   # with the optional CUDA section, which this loader skips
     return {**corpus, "libs": ":".join(map(str, libs))}
+
+
+def cuda_blob() -> bytes:
+    """The blob of a small MLP compiled for target="cuda": PTX and launches in section 0x101
+    (kiln.executable.cuda_section), no CPU kernels."""
+    import kiln
+    mlp = kiln.nn.Sequential(kiln.nn.Linear(8, 16), kiln.nn.ReLU(), kiln.nn.Linear(16, 2))
+    mod, _ = mlp.export({"forward": {"x": kiln.nn.spec.Tensor(("n", 8), "float32")}})
+    return kiln.compile(mod, target="cuda", pipeline="default").blob
 
 
 def build_models(out: pathlib.Path):
