@@ -82,10 +82,23 @@ def run_body(ctx: Ctx, g, values: List[object]) -> List[object]:
 
 
 def _stack(ctx: Ctx, rows: List[GraphExpr], axis: int) -> GraphExpr:
-    """``rows`` (each of rank r) stacked along a new axis ``axis`` of the result (rank r + 1)."""
-    axis = norm_axis(axis, ndim(rows[0]) + 1)
-    parts = [ctx.op("expand_dims", r, axis=(axis,)) for r in rows]
-    return parts[0] if len(parts) == 1 else ctx.op("concat", *parts, axis=axis)
+    """``rows`` (each of rank r) stacked along a new axis ``axis`` of the result (rank r + 1).
+
+    As one concat along the rows' axis 0 and a reshape that splits it, not one expand_dims
+    per row: fusion would put those T expand_dims into the concat's kernel, whose scheduling
+    (inlining T blocks) costs O(T^2) (a 256-step Scan took 90 s to compile)."""
+    r = ndim(rows[0])
+    axis = norm_axis(axis, r + 1)
+    if r == 0 or any(not hasattr(d, "value") for d in rows[0].ty.shape[:1]):
+        parts = [ctx.op("expand_dims", x, axis=(axis,)) for x in rows]
+        return parts[0] if len(parts) == 1 else ctx.op("concat", *parts, axis=axis)
+    shape = [d.value if hasattr(d, "value") else d for d in rows[0].ty.shape]
+    flat = rows[0] if len(rows) == 1 else ctx.op("concat", *rows, axis=0)
+    out = ctx.op("reshape", flat, shape=tuple([len(rows)] + shape))
+    if axis:
+        perm = list(range(1, axis + 1)) + [0] + list(range(axis + 1, r + 1))
+        out = ctx.op("permute_dims", out, axes=tuple(perm))
+    return out
 
 
 def _is_tensor(e) -> bool:
