@@ -114,11 +114,15 @@ def test_a_cpu_model_has_no_cuda_section(mlp_exe):
 
 
 @needs_no_driver
-def test_good_artifact_loads_up_to_the_driver(mlp_exe):
+def test_good_artifact_loads_up_to_the_driver(mlp_exe, tmp_path):
     st, message = _c_load(mlp_exe.blob)
     assert st == lib.KILN_ERR_UNSUPPORTED and "no CUDA driver: libcuda.so.1 not found" in message
     with pytest.raises(KilnError, match="cannot load the model on device cuda:0: no CUDA driver"):
         kiln.VirtualMachine(mlp_exe, kiln.cuda(0))
+    # The exported .so alone is the artifact.
+    path = mlp_exe.export_library(tmp_path / "model.so")
+    with pytest.raises(KilnError, match="cannot load the model on device cuda:0: no CUDA driver"):
+        kiln.VirtualMachine(path, kiln.cuda(0))
 
 
 @needs_no_driver
