@@ -93,8 +93,8 @@ def library():
     for src, dst in PAIRS:
         for structure in STRUCTURES:
             a, c = buf("A", (N,), src), buf("C", (N,), dst)
-            funcs[_kernel_name(src, dst, structure)] = elementwise(N, [a], c, lambda v, dst=dst: v.astype(dst),
-                                                                  structure)
+            convert = lambda v, dst=dst: v.astype(dst)   # noqa: E731
+            funcs[_kernel_name(src, dst, structure)] = elementwise(N, [a], c, convert, structure)
     return kiln.build(IRModule(funcs))
 
 
@@ -151,11 +151,11 @@ def test_to_float16_float64_bool_int32(library, dtype):
 
 def test_narrow_to_narrow(library):
     x = _all_patterns("float8_e4m3fn")
-    _assert_same(_run(library, "float8_e4m3fn", "bfloat16", x, "split"), x.astype(np.float32).astype("bfloat16"),
-                 "float8_e4m3fn -> bfloat16")
+    _assert_same(_run(library, "float8_e4m3fn", "bfloat16", x, "split"),
+                 x.astype(np.float32).astype("bfloat16"), "float8_e4m3fn -> bfloat16")
     y = _all_patterns("bfloat16")
-    _assert_same(_run(library, "bfloat16", "float8_e5m2", y, "split"), _expected(y.astype(np.float32), "float8_e5m2"),
-                 "bfloat16 -> float8_e5m2")
+    _assert_same(_run(library, "bfloat16", "float8_e5m2", y, "split"),
+                 _expected(y.astype(np.float32), "float8_e5m2"), "bfloat16 -> float8_e5m2")
 
 
 @pytest.mark.parametrize("dtype", NARROW)

@@ -92,7 +92,8 @@ def test_bfloat16_operators_compute_in_float32():
     c = rng.normal(size=(5,)).astype(ml_dtypes.bfloat16)
     m = _model([h.make_node("MatMul", ["a", "b"], ["ab"]), h.make_node("Add", ["ab", "c"], ["s"]),
                 h.make_node("Relu", ["s"], ["y"])],
-               [h.make_tensor_value_info("a", TP.BFLOAT16, a.shape), h.make_tensor_value_info("b", TP.BFLOAT16, b.shape)],
+               [h.make_tensor_value_info("a", TP.BFLOAT16, a.shape),
+                h.make_tensor_value_info("b", TP.BFLOAT16, b.shape)],
                [h.make_tensor_value_info("y", TP.BFLOAT16, (3, 5))], [nh.from_array(c, "c")])
     (got,) = _run(m, a, b)
     assert got.dtype == ml_dtypes.bfloat16
@@ -111,7 +112,8 @@ def test_quantize_dequantize_float8(name):
     m = _model([h.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
                 h.make_node("DequantizeLinear", ["q", "s", "z"], ["y"])],
                [h.make_tensor_value_info("x", TP.FLOAT, x.shape)],
-               [h.make_tensor_value_info("q", FLOAT8[name], x.shape), h.make_tensor_value_info("y", TP.FLOAT, x.shape)],
+               [h.make_tensor_value_info("q", FLOAT8[name], x.shape),
+                h.make_tensor_value_info("y", TP.FLOAT, x.shape)],
                [nh.from_array(np.asarray(scale), "s"), nh.from_array(zp, "z")])
     got_q, got_y = _run(m, x)
     want_q, want_y = ReferenceEvaluator(m).run(None, {"x": x})
@@ -119,8 +121,10 @@ def test_quantize_dequantize_float8(name):
     np.testing.assert_array_equal(got_y, want_y)
 
 
-@pytest.mark.parametrize("dtype,onnx_type", [("bfloat16", TP.BFLOAT16), ("float8_e4m3fnuz", TP.FLOAT8E4M3FNUZ),
-                                             ("float8_e8m0fnu", TP.FLOAT8E8M0), ("float4_e2m1fn", TP.FLOAT4E2M1)])
+@pytest.mark.parametrize("dtype,onnx_type", [("bfloat16", TP.BFLOAT16),
+                                             ("float8_e4m3fnuz", TP.FLOAT8E4M3FNUZ),
+                                             ("float8_e8m0fnu", TP.FLOAT8E8M0),
+                                             ("float4_e2m1fn", TP.FLOAT4E2M1)])
 def test_narrow_constant_in_the_executable(dtype, onnx_type):
     """A narrow-float initializer returned as it is lives in the executable's constant pool
     with its own DLPack code and comes back bit for bit; added to a run-time input it is
@@ -131,7 +135,8 @@ def test_narrow_constant_in_the_executable(dtype, onnx_type):
     m = _model([h.make_node("Identity", ["w"], ["y"]), h.make_node("Cast", ["w"], ["w32"], to=TP.FLOAT),
                 h.make_node("Add", ["x", "w32"], ["z"])],
                [h.make_tensor_value_info("x", TP.FLOAT, w.shape)],
-               [h.make_tensor_value_info("y", onnx_type, w.shape), h.make_tensor_value_info("z", TP.FLOAT, w.shape)],
+               [h.make_tensor_value_info("y", onnx_type, w.shape),
+                h.make_tensor_value_info("z", TP.FLOAT, w.shape)],
                [nh.from_array(w, "w")])
     ex = _compile(m)
     consts = [c for c in deserialize(ex.blob).constants if c.dtype == np_dtype]

@@ -57,3 +57,11 @@ def test_bfloat16_shared_with_torch():
     assert t.float().tolist() == [[0.5, 1.0, 2.0], [4.0, 0.25, 8.0]]
     back = kiln.nd.from_dlpack(torch.tensor([1.5, -2.0], dtype=torch.bfloat16))
     assert back.dtype == "bfloat16" and back.numpy().astype(np.float32).tolist() == [1.5, -2.0]
+
+
+@pytest.mark.parametrize("name", list(CODES) + ["float4_e2m1fn"])
+def test_array_from_python_floats_by_dtype_name(name):
+    values = [0.5, 2.0, 4.0] if name == "float8_e8m0fnu" else [0.5, -2.0, 4.0]   # e8m0: no sign
+    arr = kiln.nd.array(values, dtype=name)
+    assert arr.dtype == name
+    assert arr.numpy().astype(np.float32).tolist() == values

@@ -2,21 +2,22 @@
 float4_e2m1fn), as integer arithmetic on their bits in LLVM IR.
 
 Kernels hold a narrow float as its bits (an ``i16``, ``i8`` or ``i4``, ``cgutils.scalar_type``;
-float4 is packed two to a byte in memory like int4, ``dtype.is_subbyte``) and
-never compute with it: the graph computes in float32 and rounds back (``dtype.is_narrow_float``).
+float4 is packed two to a byte in memory like int4, ``dtype.is_subbyte``) and never compute
+with it: the graph computes in float32 and rounds back (``dtype.is_narrow_float``).
 So the only codegen these formats need is the conversion to and from float32, written here once
 with selects and shifts only, so that it works on scalars and vectors alike (a vectorized cast
 loop converts 8 lanes at a time, no table lookups).
 
-Every conversion matches ml_dtypes' ``astype`` bit for bit (the tests check all 256 float8
-patterns and the rounding edges):
+Every conversion matches ml_dtypes' ``astype`` bit for bit (the tests check every bit pattern
+of each format and the rounding edges):
 
 - to float32: exact; NaN encodings become a quiet NaN, e5m2's infinities stay infinities,
   e8m0's 0 is 2^-127 (a float32 subnormal).
 - from float32: round to nearest, ties to even; a value past the largest finite one becomes
   infinity where the format has one (bfloat16, e5m2), NaN otherwise (``fn``/``fnuz``), as
   numpy's ``astype`` does without saturation. ONNX's saturating Cast clips before converting
-  (frontend). float4_e2m1fn saturates to +-6 and turns NaN into a zero, as ml_dtypes does. The ``fnuz`` formats have no negative zero (-0 becomes +0) and one NaN, 0x80.
+  (frontend). The ``fnuz`` formats have no negative zero (-0 becomes +0) and one NaN, 0x80.
+  float4_e2m1fn saturates to +-6 and turns NaN into a zero, as ml_dtypes does.
   float8_e8m0fnu (an exponent only, no sign, no zero) rounds to the nearest power of two as
   ml_dtypes does (zero and negatives are NaN); ONNX's round modes are built in the frontend.
 

@@ -211,6 +211,8 @@ def array(obj, dtype=None, device=None):
     if device is not None and device.device_type == lib.kDLCUDA:
         from . import cuda_device as cuda
         return cuda.array(obj, dtype, device)
+    if isinstance(dtype, str) and (dtype in NARROW_FLOATS or subbyte.is_subbyte(dtype)):
+        dtype = subbyte.numpy_dtype(dtype)   # ml_dtypes' type: numpy knows no such name
     source = np.asarray(obj, dtype=dtype)
     if not source.dtype.isnative:
         source = source.astype(source.dtype.newbyteorder("="))
