@@ -12,7 +12,7 @@ from kiln.ir.graph import Constant
 from kiln.transform import PassContext
 from kiln.tune.apply import StaleRecordWarning
 from kiln.tune.database import Database, make_record
-from kiln.tune.layers import DECISION, layer_workload, winograd_layers
+from kiln.tune.layers import BLOCK, WINOGRAD, block_layers, layer_workload, winograd_layers
 
 X = (1, 16, 10, 10)
 
@@ -46,7 +46,7 @@ def test_layers_are_found_once_per_distinct_conv():
     assert same[0].kernel == "conv2d 1x16x10x10 w16x16x3x3"
     other = winograd_layers(_two_convs(same=False), ctx)
     assert len(other) == 2 and {t.workload for t in other} == \
-        {layer_workload(t.call) for t in other}
+        {layer_workload(t.call, WINOGRAD) for t in other}
     assert winograd_layers(_two_convs(), PassContext(target="llvm", winograd=False)) == []
 
 
@@ -58,7 +58,7 @@ def test_a_record_decides_the_layer_and_the_result_is_unchanged(tmp_path, choice
     key = ctx.resolved().machine.key()
     db = Database(ctx.tuning_db)
     for o, s in ((0, 3e-5), (2, 2e-5), (4, 4e-5)):      # the chosen option is the fastest
-        db.append(make_record(task.workload, key, 1, task.kernel, {DECISION: o}, "ok",
+        db.append(make_record(task.workload, key, 1, task.kernel, {WINOGRAD: o}, "ok",
                               median_s=s / (10 if o == choice else 1),
                               min_s=s / (10 if o == choice else 1)))
     out = kiln.get_pipeline("default", ctx)(mod)
@@ -79,7 +79,7 @@ def test_a_record_of_an_option_that_no_longer_exists_is_reported_once(tmp_path):
     ctx = PassContext(target="llvm", cores=1, tuning_db=str(tmp_path / "db.jsonl"))
     (task,) = winograd_layers(mod, ctx.replace(tuning_db=None))
     Database(ctx.tuning_db).append(make_record(
-        task.workload, ctx.resolved().machine.key(), 1, task.kernel, {DECISION: 3}, "ok",
+        task.workload, ctx.resolved().machine.key(), 1, task.kernel, {WINOGRAD: 3}, "ok",
         median_s=1e-5, min_s=1e-5))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -95,16 +95,51 @@ def test_tune_measures_every_option_and_a_second_run_reuses_them(tmp_path):
     mod = _two_convs()
     report = kiln.tune(mod, db=db, trials=1, num_threads=1, progress=False, confirm=False,
                        check_model=False, cost_model=False)
-    (layer,) = report.layers
+    layer = report.layers[0]
+    assert layer.decision == WINOGRAD
     assert set(layer.times) == {0, 2, 4} and all(t and t > 0 for t in layer.times.values())
     assert layer.best in (0, 2, 4) and layer.calls == 2
     assert "layer conv2d 1x16x10x10 w16x16x3x3 (x2)" in str(report)
-    records = [r for r in Database(db).records() if r["workload"].startswith("layer:")]
-    assert sorted(r["decisions"][DECISION] for r in records) == [0, 2, 4]
+    records = [r for r in Database(db).records() if r["workload"].startswith("layer:winograd:")]
+    assert sorted(r["decisions"][WINOGRAD] for r in records) == [0, 2, 4]
     # the kernels tuned are those the measured choice makes
     names = " ".join(k.name for k in report.kernels)
     assert ("winograd" in names) == (layer.best != 0), names
     again = kiln.tune(mod, db=db, trials=1, num_threads=1, progress=False, confirm=False,
                       check_model=False, cost_model=False)
     assert again.layers[0].note == "measured before"
-    assert len([r for r in Database(db).records() if r["workload"].startswith("layer:")]) == 3
+    assert len([r for r in Database(db).records()
+                if r["workload"].startswith("layer:winograd:")]) == 3
+
+
+W48 = (np.random.default_rng(2).standard_normal((48, 16, 1, 1)) * 0.2).astype("float32")
+
+
+def _blocked_conv() -> IRModule:
+    """relu(conv2d(x, W48)): a 1x1 conv to 48 channels at 14x14 (blocked in 16 or 8 channels
+    on AVX-512 and AVX2)."""
+    w = Constant(W48)
+    x = GraphVar("x", TensorType((1, 16, 14, 14), "float32"))
+    fb = FunctionBuilder([x])
+    with fb.dataflow():
+        out = fb.emit_output(ops.call("relu", fb.emit(ops.call("conv2d", x, w))))
+    return IRModule({"main": fb.finish(out)})
+
+
+def test_a_record_decides_the_conv_block(tmp_path):
+    mod = _blocked_conv()
+    ctx = PassContext(target="llvm", cores=1, tuning_db=str(tmp_path / "db.jsonl"))
+    (task,) = block_layers(mod, ctx.replace(tuning_db=None))
+    assert task.decision == BLOCK and 8 in task.options and task.default != 8
+    Database(ctx.tuning_db).append(make_record(task.workload, ctx.resolved().machine.key(), 1,
+                                               task.kernel, {BLOCK: 8}, "ok", median_s=1e-6,
+                                               min_s=1e-6))
+    out = kiln.get_pipeline("default", ctx)(mod)
+    convs = [f for n, f in out.functions.items() if "conv2d" in n]
+    assert convs and all("x8" in dict(f.attrs)["kiln.schedule"].split(",")[0] for f in convs), \
+        [dict(f.attrs)["kiln.schedule"] for f in convs]
+    x = np.random.default_rng(3).standard_normal((1, 16, 14, 14)).astype("float32")
+    got = kiln.VirtualMachine(kiln.compile(out, "llvm"), kiln.cpu())["main"](
+        kiln.nd.array(x)).numpy()
+    want = np.maximum(np.einsum("oc,nchw->nohw", W48[:, :, 0, 0], x), 0)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

@@ -77,10 +77,9 @@ def blocked_plan(call: Call, ctx: PassContext) -> Optional[layout.PackPlan]:
     if unit_stride and width >= WIDE and shape[1] * shape[2] * shape[3] < MIN_REDUCTION:
         return None
     out_shape = out_ty.static_shape()
-    tile = conv_tile(shape[0], out_shape[2], out_shape[3], ctx)
-    if tile is None:
+    if conv_tile(shape[0], out_shape[2], out_shape[3], ctx) is None:
         return None
-    return layout.PackPlan(CONV_BLOCKED, shape, tile[0], None)
+    return layout.PackPlan(CONV_BLOCKED, shape, conv_block(call, ctx), None)
 
 
 # A block of three 8-channel groups, for the channel counts of MobileNet-style models that 16
@@ -117,8 +116,9 @@ def flat_pixels(call: Call, ctx: PassContext) -> bool:
     """Whether the blocked ``call`` is computed over flat pixels (its tiles run along the
     image's ``H * W`` pixels, ``tile_plan``), rather than along each row."""
     out = call.ty.static_shape()
-    tile = conv_tile(call.args[1].ty.static_shape()[0], out[2], out[3], ctx)
-    return tile is not None and tile[2]
+    if conv_tile(call.args[1].ty.static_shape()[0], out[2], out[3], ctx) is None:
+        return False
+    return tile_plan(conv_block(call, ctx), out[2], out[3], ctx)[1]
 
 
 def pixel_major(call: Call) -> bool:
@@ -214,6 +214,20 @@ def conv_tile(channels: int, height: int, width: int,
         if best is None or key > best[0]:
             best = (key, bn, xt, flat)
     return None if best is None else best[1:]
+
+
+def conv_block(call: Call, ctx: PassContext) -> int:
+    """The output-channel block of the blocked ``conv2d`` ``call``: with ``ctx.tuning_db``,
+    the layer's best record (the tuner's ``conv_block`` decision, ``tune/layers.py``), else
+    ``conv_tile``'s pick."""
+    o = call.args[1].ty.static_shape()[0]
+    _, _, h, w = call.ty.static_shape()
+    if ctx.tuning_db:
+        from ..tune.layers import BLOCK, recorded_choice
+        block = recorded_choice(call, ctx, BLOCK, list(channel_blocks(o, ctx)))
+        if block is not None:
+            return block
+    return conv_tile(o, h, w, ctx)[0]
 
 
 def nchwc_compute(call: Call, args, ctx: PassContext):

@@ -205,8 +205,8 @@ def _recorded_or_cost_rule(ctx: PassContext) -> Callable[[Call, ConvPlan], Optio
     layer, the cost rule's otherwise."""
     def choose(call: Call, plan: ConvPlan) -> Optional[int]:
         if ctx.tuning_db:
-            from ..tune.layers import recorded_tile
-            tile = recorded_tile(call, ctx, [0] + [c.tile for c in plan.options])
+            from ..tune.layers import WINOGRAD, recorded_choice
+            tile = recorded_choice(call, ctx, WINOGRAD, [0] + [c.tile for c in plan.options])
             if tile is not None:
                 return tile or None
         return plan.choice()

@@ -121,7 +121,7 @@ def _pair(value, default) -> Tuple[int, ...]:
     return v * 2 if len(v) == 1 else v
 
 
-def _conv_kind(call: Call, ctx: PassContext) -> Optional[str]:
+def conv_kind(call: Call, ctx: PassContext) -> Optional[str]:
     """"conv" (a regular conv this pass blocks), "depthwise", or None."""
     if call.op != "conv2d" or len(call.args) != 2 or not isinstance(call.args[1], Constant):
         return None
@@ -213,11 +213,9 @@ def _winograd_input_of(call: Call, calls: Dict[GraphVar, Call]) -> Optional[Grap
 def _candidate(var: GraphVar, call: Call, nodes, ctx: PassContext) -> Optional[_Node]:
     arg0 = call.args[0] if call.args else None
     src = nodes.get(arg0) if isinstance(arg0, GraphVar) else None
-    kind = _conv_kind(call, ctx)
+    kind = conv_kind(call, ctx)
     if kind == "conv":
-        out = call.ty.static_shape()
-        o = call.args[1].ty.static_shape()[0]
-        block = conv_blocked.conv_tile(o, out[2], out[3], ctx)[0]
+        block = conv_blocked.conv_block(call, ctx)
         return _Node(var, call, "conv", block, [arg0] if src is not None else [])
     if call.op == "winograd_output" and _static_f32(call.ty) and \
             "layout" not in dict(call.attrs):

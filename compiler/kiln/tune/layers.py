@@ -1,27 +1,34 @@
 """Layer decisions: graph-level choices that the tuner measures, made before there are kernels.
 
 A kernel's decisions (tile sizes, unrolling, ...) are measured kernel by kernel (``tuner.py``).
-One choice comes earlier: ``conv_winograd`` decides for each 3x3 stride-1 ``conv2d`` whether it
-is computed directly (one channel-blocked kernel) or as Winograd F(m x m, 3 x 3) (three
-kernels: input transform, batched GEMM, output transform), and which kernels a model has
-depends on it. The default pipeline takes the cost rule's pick (``ConvPlan.choice``); this
-module lets measurement pick instead:
+Two choices come earlier, in graph passes, and which kernels a model has depends on them:
 
-- ``winograd_layers(mod, ctx)``: the eligible convs of a model as ``LayerTask``s, keyed by
-  ``layer_workload`` (the conv's shapes, dtype and attributes), with the options ``0`` (direct)
-  and each tile size, the cost rule's pick as the default;
+- ``winograd`` (``conv_winograd``): whether each 3x3 stride-1 ``conv2d`` is computed directly
+  (0) or as Winograd F(m x m, 3 x 3) (m = 4 or 2: three kernels, input transform, batched
+  GEMM, output transform); the cost rule's pick (``ConvPlan.choice``) is the default;
+- ``conv_block`` (``convert_layout_nchwc``): the output-channel block ``bn`` of each
+  channel-blocked conv (``conv_blocked.channel_blocks``: 32, 24, 16, 8 on AVX-512), the
+  layout its result flows in; ``conv_blocked.conv_tile``'s pick is the default.
+
+This module lets measurement pick:
+
+- ``winograd_layers(mod, ctx)`` / ``block_layers(mod, ctx)``: the layers of a model a rule
+  decides, as ``LayerTask``s keyed by ``layer_workload`` (the decision, the conv's shapes,
+  dtype and attributes), with their options and default;
 - ``tune_layers(...)``: each option of each layer compiled alone (the conv with its constant
-  weight, through the default pipeline with that option forced) and timed end to end where
-  the executor runs candidates (``Executor.time_models``: alternating rounds, the fastest
-  round of each); one record per option, ``{"winograd": m}`` (0: direct), in the same
-  database and format as the kernels' (``database.make_record``, ``kernel`` = ``conv2d ...``);
-- ``recorded_tile(call, ctx)``: what ``conv_winograd`` asks when ``PassContext.tuning_db`` is
-  set: the best record's tile for this conv on this target and thread count, or None (no
-  record: the cost rule decides). A recorded value that is no longer an option is reported
-  once (``apply.StaleRecordWarning``) and the cost rule decides.
+  weight, through the default pipeline with that option forced the way a record forces it:
+  a one-record database) and timed end to end where the executor runs candidates
+  (``Executor.time_models``: alternating rounds, the fastest round of each); one record per
+  option, ``{"winograd": m}`` or ``{"conv_block": bn}``, in the same database and format as
+  the kernels' (``database.make_record``, ``kernel`` = ``conv2d ...``);
+- ``recorded_choice(call, ctx, decision, options)``: what the passes ask when
+  ``PassContext.tuning_db`` is set: the best record's value for this layer on this target
+  and thread count, or None (no record: the default rule decides). A recorded value that is
+  no longer an option is reported once (``apply.StaleRecordWarning``).
 
-The tuner (``kiln.tune``) measures the layers first, so the kernels it then extracts and
-tunes are those the recorded choices produce (``extract_tasks(..., layers_db=db)``).
+The tuner (``kiln.tune``) measures the Winograd choices first, then the blocks of the convs
+that stay direct, so the kernels it then extracts and tunes are those the recorded choices
+produce (``extract_tasks(..., layers_db=db)``).
 
 >>> tasks = winograd_layers(mod, PassContext(target="llvm"))          # doctest: +SKIP
 >>> [(t.kernel, t.options, t.default) for t in tasks]                   # doctest: +SKIP
@@ -39,16 +46,18 @@ from ..ir import IRModule
 from ..ir.graph import Binding, Call, Constant
 from ..transform.infra import PassContext
 
-# The decision name and the prefix of layer workloads in the database.
-DECISION = "winograd"
-WORKLOAD_PREFIX = "layer:conv2d:"
+# The decisions' names (and their records' workload prefix: ``layer:<decision>:<hash>``).
+WINOGRAD = "winograd"
+BLOCK = "conv_block"
 
 
 @dataclass
 class LayerTask:
-    """One conv layer to decide: its ``workload`` key, a readable ``kernel`` name, the
-    ``call`` (the first of its kind), the ``options`` (0: direct, else the Winograd tile), the
-    cost rule's ``default``, and how many convs of the model share the key (``calls``)."""
+    """One layer to decide: the ``decision`` (``WINOGRAD``, ``BLOCK``), its ``workload`` key,
+    a readable ``kernel`` name, the ``call`` (the first of its kind), the ``options``, the
+    default rule's pick (``default``), and how many convs of the model share the key
+    (``calls``)."""
+    decision: str
     workload: str
     kernel: str
     call: Call
@@ -61,6 +70,7 @@ class LayerTask:
 class LayerReport:
     """What ``tune_layers`` measured for one layer: seconds per call of each option (None:
     it failed; ``note`` says why), the default and the best option."""
+    decision: str
     kernel: str
     calls: int
     default: int
@@ -73,14 +83,22 @@ class LayerReport:
         return min(ok, key=ok.get) if ok else None
 
 
-def layer_workload(call: Call) -> str:
-    """The database key of a conv layer: its input and weight shapes, dtype and attributes
-    (two convs that compute the same thing on the same shapes share it)."""
+def layer_workload(call: Call, decision: str) -> str:
+    """The database key of ``decision`` for a conv layer: the decision, the input and weight
+    shapes, dtype and attributes (two convs that compute the same thing on the same shapes
+    share it)."""
     x, w = call.args[0].ty, call.args[1].ty
     text = json.dumps({"x": list(x.static_shape()), "w": list(w.static_shape()),
                        "dtype": x.dtype, "attrs": sorted((k, _plain(v)) for k, v in call.attrs)},
                       sort_keys=True)
-    return WORKLOAD_PREFIX + hashlib.sha256(text.encode()).hexdigest()[:24]
+    return f"layer:{decision}:" + hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def describe(decision: str, option: int) -> str:
+    """``direct``, ``winograd 4``, ``block 16``: an option as reports say it."""
+    if decision == WINOGRAD:
+        return "direct" if option == 0 else f"winograd {option}"
+    return f"block {option}"
 
 
 def layer_name(call: Call) -> str:
@@ -93,43 +111,80 @@ def _plain(v: Any) -> Any:
     return list(v) if isinstance(v, (list, tuple)) else v
 
 
-def _before_winograd(ctx: PassContext):
-    """The default pipeline's passes up to (not including) ``conv_winograd``."""
+def _before(stage: str, ctx: PassContext):
+    """The default pipeline's passes up to (not including) the pass named ``stage``."""
     from ..transform.infra import Sequential
     from ..transform.pipeline import get_pipeline
     passes = []
     for p in get_pipeline("default", ctx):
-        if p.name == "conv_winograd":
+        if p.name == stage:
             break
         passes.append(p)
-    return Sequential(passes, name="before_winograd", ctx=ctx)
+    return Sequential(passes, name=f"before_{stage}", ctx=ctx)
 
 
-def winograd_layers(mod: IRModule, ctx: PassContext) -> List[LayerTask]:
-    """The convs of ``mod`` that ``conv_winograd`` may rewrite, as the default pipeline for
-    ``ctx`` presents them to it, one ``LayerTask`` per distinct layer (module docstring)."""
-    from ..ir.graph import Function
-    from ..transform.conv_winograd import conv_plan, ineligible
+def _layers(mod: IRModule, ctx: PassContext, stage: str, decision: str,
+            options_of: Callable[[Call], Optional[tuple]]) -> List[LayerTask]:
+    """One ``LayerTask`` per distinct bound conv2d that ``options_of(call) -> (options,
+    default)`` (or None: not this rule's) accepts, as the pass ``stage`` sees them."""
     from ..ir import collect
-    if not ctx.winograd or not ctx.prepack_weights:
-        return []
-    seen = _before_winograd(ctx)(mod)
+    from ..ir.graph import Function
+    seen = _before(stage, ctx)(mod)
     tasks: Dict[str, LayerTask] = {}
     for f in seen.functions.values():
         if not isinstance(f, Function):
             continue
-        for b in collect(f, Binding):     # what conv_winograd visits: bound calls
+        for b in collect(f, Binding):     # what the graph passes visit: bound calls
             call = b.value
-            if not isinstance(call, Call) or call.op != "conv2d" or ineligible(call) is not None:
+            if not isinstance(call, Call) or call.op != "conv2d":
                 continue
-            key = layer_workload(call)
+            found = options_of(call)
+            if found is None:
+                continue
+            key = layer_workload(call, decision)
             if key in tasks:
                 tasks[key].calls += 1
                 continue
-            plan = conv_plan(call)
-            tasks[key] = LayerTask(key, layer_name(call), call,
-                                   [0] + [c.tile for c in plan.options], plan.choice() or 0)
+            tasks[key] = LayerTask(decision, key, layer_name(call), call, *found)
     return list(tasks.values())
+
+
+def winograd_layers(mod: IRModule, ctx: PassContext) -> List[LayerTask]:
+    """The convs of ``mod`` that ``conv_winograd`` may rewrite, as the default pipeline for
+    ``ctx`` presents them to it: options 0 (direct) and each tile size, the cost rule's
+    pick as the default."""
+    from ..transform.conv_winograd import conv_plan, ineligible
+    if not ctx.winograd or not ctx.prepack_weights:
+        return []
+
+    def options_of(call: Call):
+        if ineligible(call) is not None:
+            return None
+        plan = conv_plan(call)
+        return [0] + [c.tile for c in plan.options], plan.choice() or 0
+    return _layers(mod, ctx, "conv_winograd", WINOGRAD, options_of)
+
+
+def block_layers(mod: IRModule, ctx: PassContext) -> List[LayerTask]:
+    """The convs of ``mod`` that ``convert_layout_nchwc`` computes channel-blocked and that
+    have more than one block to choose from (``conv_blocked.channel_blocks``), as the
+    pipeline for ``ctx`` presents them (with ``ctx.tuning_db``: after its Winograd records)."""
+    from ..transform import conv_blocked
+    from ..transform.layout_nchwc import conv_kind
+    if not ctx.nchwc_layout:
+        return []
+    rctx = ctx.resolved()
+
+    def options_of(call: Call):
+        if conv_kind(call, rctx) != "conv":
+            return None
+        o = call.args[1].ty.static_shape()[0]
+        _, _, h, w = call.ty.static_shape()
+        blocks = list(conv_blocked.channel_blocks(o, rctx))
+        if len(blocks) < 2:
+            return None
+        return blocks, conv_blocked.conv_tile(o, h, w, rctx)[0]
+    return _layers(mod, ctx, "convert_layout_nchwc", BLOCK, options_of)
 
 
 def layer_module(call: Call) -> IRModule:
@@ -144,14 +199,22 @@ def layer_module(call: Call) -> IRModule:
     return IRModule({"main": fb.finish(out)})
 
 
-def compile_option(call: Call, option: int, target: str, ctx: PassContext) -> str:
-    """The library of the conv alone with ``option`` forced (0: direct); returns its path."""
+def compile_option(task: LayerTask, option: int, target: str, ctx: PassContext,
+                   workdir: str) -> str:
+    """The library of the task's conv alone with ``option`` forced as a record forces it (a
+    database in ``workdir`` holding that one record); returns the library's path. A block
+    is measured on the direct conv (Winograd off)."""
+    import os
     from ..executable import compile as compile_model
-    from ..transform.conv_winograd import with_winograd
     from ..transform.pipeline import get_pipeline
-    pipe = with_winograd(get_pipeline("default", ctx), ctx,
-                         choose=lambda _call, _plan: option or None)
-    return compile_model(pipe(layer_module(call)), target).library_path
+    from .database import Database, make_record
+    rctx = ctx.resolved()
+    db = os.path.join(workdir, f"{task.workload.replace(':', '_')}_{option}.jsonl")
+    Database(db).append(make_record(task.workload, rctx.machine.key(), int(rctx.cores or 1),
+                                    task.kernel, {task.decision: option}, "ok",
+                                    median_s=1.0, min_s=1.0))
+    c = ctx.replace(tuning_db=db, winograd=ctx.winograd and task.decision == WINOGRAD)
+    return compile_model(get_pipeline("default", c)(layer_module(task.call)), target).library_path
 
 
 def tune_layers(tasks: List[LayerTask], target: str, threads: int, ctx: PassContext,
@@ -160,22 +223,24 @@ def tune_layers(tasks: List[LayerTask], target: str, threads: int, ctx: PassCont
     """Measure every option of every layer (module docstring), appending one record per
     option to ``database``; a layer whose options all have records for this target and thread
     count already is not measured again. Returns one ``LayerReport`` per layer."""
+    import tempfile
     from .database import make_record, record_time
     from .workload import ArgSpec, rules_version
-    rctx = ctx.replace(target=target, cores=threads, tuning_db=None).resolved()
-    key = rctx.machine.key()
+    base = ctx.replace(target=target, cores=threads, tuning_db=None)
+    key = base.resolved().machine.key()
     rules = rules_version()
     reports = []
     for t in tasks:
-        rep = LayerReport(t.kernel, t.calls, t.default)
-        done = {r["decisions"].get(DECISION): r for r in database.query(t.workload, key, threads)
-                if r.get("status") == "ok"}
+        rep = LayerReport(t.decision, t.kernel, t.calls, t.default)
+        done = {r["decisions"].get(t.decision): r
+                for r in database.query(t.workload, key, threads) if r.get("status") == "ok"}
         if all(o in done for o in t.options):
             rep.times = {o: record_time(done[o]) for o in t.options}
             rep.note = "measured before"
         else:
             try:
-                libs = [compile_option(t.call, o, target, rctx) for o in t.options]
+                with tempfile.TemporaryDirectory(prefix="kiln-layer-") as tmp:
+                    libs = [compile_option(t, o, target, base, tmp) for o in t.options]
             except Exception as e:  # noqa: BLE001 - a layer that cannot build keeps its default
                 rep.note = f"build failed: {type(e).__name__}: {str(e).splitlines()[0]}"
                 libs = None
@@ -189,7 +254,7 @@ def tune_layers(tasks: List[LayerTask], target: str, threads: int, ctx: PassCont
                     rep.times = dict(zip(t.options, value))
                     for o, s in rep.times.items():
                         database.append(make_record(
-                            t.workload, key, threads, t.kernel, {DECISION: o}, "ok",
+                            t.workload, key, threads, t.kernel, {t.decision: o}, "ok",
                             median_s=s, min_s=s, rules=rules, ops="conv2d", target_str=target))
                 else:
                     rep.note = f"timing failed ({kind}): {str(value).splitlines()[0]}"
@@ -202,24 +267,25 @@ def tune_layers(tasks: List[LayerTask], target: str, threads: int, ctx: PassCont
 _warned: set = set()
 
 
-def recorded_tile(call: Call, ctx: PassContext, options: List[int]) -> Optional[int]:
-    """The best record's choice for the conv ``call`` in ``ctx.tuning_db`` (target and
-    ``ctx.cores`` threads): 0 (direct) or a tile size; None without a record, or when the
-    record's value is not among ``options`` any more (reported once)."""
+def recorded_choice(call: Call, ctx: PassContext, decision: str,
+                    options: List[int]) -> Optional[int]:
+    """The best record's value of ``decision`` for the conv ``call`` in ``ctx.tuning_db``
+    (target and ``ctx.cores`` threads); None without a record, or when the record's value
+    is not among ``options`` any more (reported once)."""
     if not ctx.tuning_db:
         return None
     from .apply import StaleRecordWarning, best_records
     rctx = ctx.resolved()
-    rec = best_records(ctx.tuning_db).get((layer_workload(call), rctx.machine.key(),
+    rec = best_records(ctx.tuning_db).get((layer_workload(call, decision), rctx.machine.key(),
                                            int(rctx.cores or 1)))
     if rec is None:
         return None
-    value = rec["decisions"].get(DECISION)
+    value = rec["decisions"].get(decision)
     if value not in options:
         if rec["workload"] not in _warned:
             _warned.add(rec["workload"])
-            warnings.warn(f"tuning record for layer {rec.get('kernel')!r} chose {DECISION}="
-                          f"{value!r}, not one of {options} any more; using the cost rule",
+            warnings.warn(f"tuning record for layer {rec.get('kernel')!r} chose {decision}="
+                          f"{value!r}, not one of {options} any more; using the default rule",
                           StaleRecordWarning, stacklevel=3)
         return None
     return value

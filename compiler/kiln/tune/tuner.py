@@ -117,16 +117,16 @@ class TuneReport:
                                    for i, (c, w) in enumerate(zip(r, widths))))
             if j == 0:
                 lines.append("  ".join("-" * w for w in widths))
+        from .layers import describe
         for lay in self.layers:
-            ts = ", ".join(f"{'direct' if o == 0 else f'winograd {o}'} {us(t)} us"
+            ts = ", ".join(f"{describe(lay.decision, o)} {us(t)} us"
                            for o, t in lay.times.items())
             pick = lay.best
             lines.append(f"layer {lay.kernel} (x{lay.calls}): {ts or lay.note}"
                          + ("" if pick is None else
-                            f" -> {'direct' if pick == 0 else f'winograd {pick}'}"
-                            + (" (the cost rule's pick)" if pick == lay.default else
-                               " (the cost rule picked "
-                               f"{'direct' if lay.default == 0 else f'winograd {lay.default}'})")))
+                            f" -> {describe(lay.decision, pick)}"
+                            + (" (the default)" if pick == lay.default else
+                               f" (the default: {describe(lay.decision, lay.default)})")))
         d, b = self.default_model_s, self.best_model_s
         if d is not None:
             lines.append(f"model estimate (sum of calls x time): default {d * 1e3:.3f} ms, "
@@ -381,20 +381,21 @@ def _tune_layers(mod, target, num_threads, ctx, database: Database, executor: Ex
     """The layer decisions of ``mod`` measured (``layers.tune_layers``), one line per layer
     on stderr with ``progress``."""
     from ..transform.infra import PassContext
-    from .layers import tune_layers, winograd_layers
+    from .layers import block_layers, describe, tune_layers, winograd_layers
     threads = int(num_threads or default_threads())
     base = (ctx or PassContext()).replace(target=str(target), cores=threads, tuning_db=None)
-    found = winograd_layers(mod, base)
-    if not found:
-        return []
 
     def said(rep) -> None:
         if progress:
-            best = rep.best
-            pick = "?" if best is None else ("direct" if best == 0 else f"winograd {best}")
+            pick = "?" if rep.best is None else describe(rep.decision, rep.best)
             print(f"kiln tune: layer {rep.kernel}: {pick}"
                   + (f" ({rep.note})" if rep.note else ""), file=sys.stderr)
-    return tune_layers(found, str(target), threads, base, database, executor, on_layer=said)
+    reports = tune_layers(winograd_layers(mod, base), str(target), threads, base, database,
+                          executor, on_layer=said)
+    # The blocks of the convs that stay direct, once the Winograd choices are recorded.
+    blocks = block_layers(mod, base.replace(tuning_db=database.path))
+    return reports + tune_layers(blocks, str(target), threads, base, database, executor,
+                                 on_layer=said)
 
 
 def _baselines(states: List[_TaskState], executor: Executor, record) -> None:
