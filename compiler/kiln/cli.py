@@ -346,6 +346,9 @@ def cmd_inspect(args) -> int:
     features = read_library_features(args.library)
     print("cpu:       " + ("not recorded (built before Kiln recorded CPU features)" if features is None
                             else ", ".join(features) or "the architecture's baseline only"))
+    if spec.cuda is not None:   # a model compiled for target="cuda" (docs/cuda.md)
+        print(f"gpu:       {spec.cuda.description.get('target', 'cuda')}: {len(spec.cuda.entries)} "
+              f"kernel entries, {_fmt_bytes(len(spec.cuda.ptx))} of PTX")
     print(f"constants: {len(spec.constants)} ({_fmt_bytes(const_bytes)})")
     print(f"arena:     {_fmt_bytes(sum(f.arena_size for f in spec.functions))}")
     print(f"functions: {len(spec.functions)}")

@@ -153,3 +153,13 @@ int main(int argc, char** argv) {
     first, second = run.stdout.splitlines()
     assert first.startswith(f"{lib.KILN_ERR_UNSUPPORTED} no CUDA driver: libcuda.so.1 not found")
     assert second.startswith(f"{lib.KILN_ERR_NOT_FOUND} kiln_cuda_executable_open: cannot load")
+
+
+def test_inspect_names_the_gpu_code(mlp_exe, tmp_path, capsys):
+    from kiln import cli
+    path = mlp_exe.export_library(tmp_path / "model.so")
+    assert cli.main(["inspect", str(path)]) == 0
+    out = capsys.readouterr().out
+    n = len(mlp_exe.spec.cuda.entries)
+    assert f"gpu:       cuda -arch=sm_80: {n} kernel entries" in out
+    assert "cpu:       the architecture's baseline only" in out     # no CPU code in it

@@ -56,7 +56,9 @@ def compile_cuda_model(mod: IRModule, target, pipeline=None, options=None):
     size, pieces = layout(spec)
     digest = hashlib.sha256()
     write_pieces(size, pieces, digest.update)
-    host = parse_target("llvm")      # the blob object is for the machine that loads the model
+    # The blob object is for the machine that loads the model; it holds no CPU code, so it
+    # claims no CPU feature beyond the architecture's baseline (any such host may load it).
+    host = parse_target("llvm -mcpu=generic")
     path = build_library(IRModule({}), host, options, allow_empty=True,
                          extra_objects=lambda tt, d: [_write_blob_object(spec, size, pieces, tt,
                                                                          os.path.join(d, "blob.o"))],

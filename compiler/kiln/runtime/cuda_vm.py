@@ -168,6 +168,8 @@ class CudaVirtualMachine:
             elif op == _OP["MOVE"]:
                 regs[o[0]] = regs[o[1]]
             elif op == _OP["FREE"]:
+                # Kept until the call is done: kernels queued before may still read it.
+                keep.append(regs[o[0]])
                 regs[o[0]] = None
             elif op == _OP["IF"]:
                 cond = self._host_scalar(regs[o[1]])
