@@ -206,9 +206,10 @@ def parse_target(spec) -> Target:
     attrs = ""
     if head != "llvm":
         if head in ("cuda", "nvptx"):
-            raise CodegenError(f"target {spec!r}: no CUDA code generation for whole models or "
-                               "CPU objects yet; kiln.build(mod, target='cuda') compiles "
-                               "thread-bound tensor programs (kiln.codegen.cuda, docs/cuda.md)")
+            raise CodegenError(f"target {spec!r}: no CUDA code generation for CPU objects (this "
+                               "path compiles for CPUs); kiln.build(mod, target='cuda') compiles "
+                               "thread-bound tensor programs and kiln.compile(mod, target='cuda') "
+                               "whole models (kiln.codegen.cuda, docs/cuda.md)")
         if head in _GPU_KINDS:
             raise CodegenError(f"target {spec!r}: no {_GPU_KINDS[head]} code generation in Kiln "
                                "yet; it compiles for CPUs through LLVM (target 'llvm ...' or a "
