@@ -241,9 +241,12 @@ class FuncLowerer(ExprLowerer):
         if self.vec is not None and s.kind not in ("serial", "unrolled"):
             raise CodegenError(f"a {s.kind} loop '{s.loop_var.name}' cannot be nested in a "
                                "vectorized loop")
-        if s.kind in ("vectorized", "parallel") and _touches_subbyte(s.body):
-            # Packed sub-byte elements are read-modify-written a byte at a time: lanes or
-            # threads sharing a byte would race, so such a loop runs serially (same result).
+        if s.kind == "vectorized" and _touches_subbyte(s.body) or \
+                s.kind == "parallel" and _touches_subbyte(s.body, stores_only=True):
+            # Packed sub-byte elements are read-modify-written a byte at a time: threads
+            # sharing a byte would race, so a parallel loop storing them runs serially (same
+            # result; one that only reads them stays parallel). Lanes load and store them
+            # one at a time, so a vectorized loop touching them is a serial loop too.
             self.serial_loop(s)
         elif s.kind == "vectorized":
             lower_vectorized(self, s)
@@ -377,10 +380,12 @@ def _captures(s: For, fl: FuncLowerer):
     return list(vars_), outer_bufs
 
 
-def _touches_subbyte(body) -> bool:
-    """Whether ``body`` reads or writes a buffer of packed sub-byte elements (int4, uint2...)."""
+def _touches_subbyte(body, stores_only: bool = False) -> bool:
+    """Whether ``body`` reads or writes (``stores_only``: writes) a buffer of packed sub-byte
+    elements (int4, uint2...)."""
+    kinds = (BufferStore,) if stores_only else (BufferLoad, BufferStore)
     found = []
-    pre_order_visit(body, lambda n: found.append(n) if isinstance(n, (BufferLoad, BufferStore))
+    pre_order_visit(body, lambda n: found.append(n) if isinstance(n, kinds)
                     and dt.is_subbyte(n.buffer.dtype) else None)
     return bool(found)
 
