@@ -39,6 +39,11 @@ class _View:
         self.ptr, self.shape, self.dtype = ptr, tuple(shape), dtype
 
 
+def _device_of(v, device):
+    """The device of an NDArray; an arena view is on the VM's own."""
+    return device if isinstance(v, _View) else v.device
+
+
 def _ptr(v) -> int:
     return v.ptr if isinstance(v, _View) else data_pointer(v)
 
@@ -115,11 +120,13 @@ class CudaVirtualMachine:
         values, env = [], {}
         for k, (p, a) in enumerate(zip(f.params, args)):
             where = f"{f.name}: argument {k} '{p.name}'"
-            if not isinstance(a, NDArray):
+            if isinstance(a, _View):     # an IF branch's argument in the caller's arena
+                pass
+            elif not isinstance(a, NDArray):
                 a = from_dlpack(a) if hasattr(a, "__dlpack__") and not isinstance(a, np.ndarray) else a
-            if not isinstance(a, NDArray) or not is_cuda(a.device):
+            if not isinstance(a, (NDArray, _View)) or not is_cuda(_device_of(a, self.device)):
                 a = array(np.asarray(a.numpy() if isinstance(a, NDArray) else a), device=self.device)
-            if a.device != self.device:
+            if _device_of(a, self.device) != self.device:
                 raise ValueError(f"{where} is on {a.device}; this model runs on {self.device}")
             if a.dtype != p.dtype or len(a.shape) != len(p.shape):
                 raise ValueError(f"{where} expected {p.dtype} of shape {tuple(p.shape)}, got "
