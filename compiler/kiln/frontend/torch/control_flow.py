@@ -14,6 +14,7 @@ from ...ir.analysis import expr_equal
 from ...ir.graph import Constant, GraphExpr, TensorType, TupleGetItem, TupleType, call_if
 from .common import Ctx, converter
 from .errors import Unsupported
+from .program import _placeholders
 
 
 @converter("cond")
@@ -29,7 +30,8 @@ def cond(ctx: Ctx, node, args, kwargs):
     k = sum(1 for n in importer.functions if n.endswith("_then"))
     names = (f"{importer.name}_cond{k}_then", f"{importer.name}_cond{k}_else")
     if known is not None:           # the taken branch's nodes, in this function
-        return tuple(importer.walk(ctx, then_gm if known else else_gm, operands))
+        gm = then_gm if known else else_gm
+        return tuple(importer.walk(ctx, gm, {n.name: a for n, a in zip(_placeholders(gm, operands), operands)}))
     then_f, then_outs = importer.subgraph(then_gm, operands, names[0])
     else_f, else_outs = importer.subgraph(else_gm, operands, names[1])
     if len(then_outs) != len(else_outs):

@@ -137,13 +137,7 @@ class _Importer:
         if not self.keep:           # bound as constants: their values are known while importing
             ctx.weights = {w: params[w.name] for w in weights}
         with fb.dataflow():
-            for node in ep.graph.nodes:
-                if node.op == "call_function":
-                    self.env[node.name] = self._convert(ctx, node)
-                elif node.op == "get_attr":     # a torch.cond branch: a GraphModule
-                    self.env[node.name] = _attr(ep.graph_module, node.target)
-                elif node.op == "output":
-                    outs = [self._output(a) for a in _flat(node.args[0])]
+            outs = self.walk(ctx, ep.graph_module, self.env)
             final = [fb.emit_output(e) if not isinstance(e, Constant) else e for e in outs]
         ret = final[0] if len(final) == 1 else GraphTuple(tuple(final))
         func = fb.finish(ret)
@@ -169,22 +163,23 @@ class _Importer:
         fb = FunctionBuilder(params, attrs={"private": True})
         ctx = Ctx(fb, list(params))
         ctx.symbols, ctx.importer = self.symbols, self
+        env = {n.name: p for n, p in zip(_placeholders(gm, args), params)}
         with fb.dataflow():
-            outs = self.walk(ctx, gm, params)
+            outs = self.walk(ctx, gm, env)
             final = [fb.emit_output(e) if not isinstance(e, Constant) else e for e in outs]
         func = fb.finish(final[0] if len(final) == 1 else GraphTuple(tuple(final)))
         self.functions[name] = func
         return func, final
 
-    def walk(self, ctx, gm, args):
-        """Convert the nodes of graph module ``gm`` into ``ctx``'s function, its placeholders
-        being ``args``; returns its outputs."""
-        outer, self.env = self.env, {n.name: a for n, a in zip(_placeholders(gm, args), args)}
+    def walk(self, ctx, gm, env):
+        """Convert the nodes of graph module ``gm`` into ``ctx``'s function, ``env`` giving its
+        placeholders' values; returns its outputs."""
+        outer, self.env = self.env, env
         try:
             for node in gm.graph.nodes:
                 if node.op == "call_function":
                     self.env[node.name] = self._convert(ctx, node)
-                elif node.op == "get_attr":
+                elif node.op == "get_attr":     # a torch.cond branch: a GraphModule
                     self.env[node.name] = _attr(gm, node.target)
                 elif node.op == "output":
                     return [self._output(a) for a in _flat(node.args[0])]
