@@ -3,9 +3,9 @@ run-time offset, bilinearly (zeros outside), optionally scaled by a mask, then t
 contracted with the weight.
 
 The sampling is GridSample's (grid.py; align_corners=1, zeros padding, as the ONNX reference
-calls it) over a grid of (kernel taps x output positions) per offset group; the contraction is
-one matmul per convolution group of the weight (OC/g, C/g * K) with the samples
-(N, C/g * K, OH * OW).
+calls it) over a grid of (kernel taps x output positions), the offset groups folded into the
+batch; the contraction is a batched matmul of the weight (g, OC/g, C/g * K) with the samples
+(N, g, C/g * K, OH * OW).
 """
 from __future__ import annotations
 
@@ -50,28 +50,18 @@ def deform_conv(ctx, node, ins, attrs):
                       ctx.const(np.array(1.0, npdt)))                       # (N, og, K, OH, OW)
     gy, gx = normalised(0, base_h, h), normalised(1, base_w, wd)
     grid = ctx.op("concat", ctx.op("expand_dims", gx, axis=5), ctx.op("expand_dims", gy, axis=5), axis=5)
+    # the offset groups folded into the batch: one GridSample for all of them
     per = c // og
-    sampled = []
-    for g in range(og):
-        xg = ctx.op("strided_slice", x, begin=(g * per,), end=((g + 1) * per,), axes=(1,))
-        gg = ctx.op("reshape", ctx.op("strided_slice", grid, begin=(g,), end=(g + 1,), axes=(1,)),
-                    shape=(n, k * oh, ow, 2))
-        v = grid_sample(ctx, node, [xg, gg], {"align_corners": 1, "mode": "linear", "padding_mode": "zeros"})
-        v = ctx.op("reshape", v, shape=(n, per, k, oh, ow))
-        if mask is not None:
-            m = ctx.op("reshape", mask, shape=(n, og, k, oh, ow))
-            v = ctx.op("multiply", v, ctx.op("strided_slice", m, begin=(g,), end=(g + 1,), axes=(1,)))
-        sampled.append(v)
-    v = sampled[0] if og == 1 else ctx.op("concat", *sampled, axis=1)          # (N, C, K, OH, OW)
-    outs = []
-    ocg = oc // group
-    for g in range(group):
-        vg = ctx.op("reshape", ctx.op("strided_slice", v, begin=(g * cg,), end=((g + 1) * cg,), axes=(1,)),
-                    shape=(n, cg * k, oh * ow))
-        wg = ctx.op("reshape", ctx.op("strided_slice", w, begin=(g * ocg,), end=((g + 1) * ocg,), axes=(0,)),
-                    shape=(ocg, cg * k))
-        outs.append(ctx.op("matmul", wg, vg))                                   # (N, OC/g, OH*OW)
-    y = outs[0] if group == 1 else ctx.op("concat", *outs, axis=1)
+    xg = ctx.op("reshape", x, shape=(n * og, per, h, wd))
+    grid = ctx.op("reshape", grid, shape=(n * og, k * oh, ow, 2))
+    v = grid_sample(ctx, node, [xg, grid], {"align_corners": 1, "mode": "linear", "padding_mode": "zeros"})
+    v = ctx.op("reshape", v, shape=(n, og, per, k, oh, ow))
+    if mask is not None:
+        v = ctx.op("multiply", v, ctx.op("reshape", mask, shape=(n, og, 1, k, oh, ow)))
+    # the convolution groups as a batch of matmuls: (g, OC/g, C/g * K) @ (N, g, C/g * K, OH * OW)
+    v = ctx.op("reshape", v, shape=(n, group, cg * k, oh * ow))
+    wg = ctx.op("reshape", w, shape=(1, group, oc // group, cg * k))
+    y = ctx.op("matmul", wg, v)                                                # (N, g, OC/g, OH*OW)
     y = ctx.op("reshape", y, shape=(n, oc, oh, ow))
     if bias is not None:
         y = ctx.op("add", y, ctx.op("reshape", bias, shape=(1, oc, 1, 1)))
