@@ -204,3 +204,20 @@ def test_sequence_input_and_output():
     assert len(got) == 3
     for g, w in zip(got, [a, b, t]):
         np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.slow
+def test_long_scan_compiles():
+    """A 300-step Scan (a running sum): its rows are taken one by one and stacked by a tree of
+    concats (one concat of 300 inputs overflowed Python's recursion in structural hashing)."""
+    body = h.make_graph([h.make_node("Add", ["s_in", "xt"], ["s_out"]), h.make_node("Identity", ["s_out"], ["o"])],
+                        "body", [h.make_tensor_value_info(n, F, [2]) for n in ("s_in", "xt")],
+                        [h.make_tensor_value_info(n, F, [2]) for n in ("s_out", "o")])
+    model = _model([h.make_node("Scan", ["s0", "x"], ["s", "ys"], body=body, num_scan_inputs=1)],
+                   [h.make_tensor_value_info("s0", F, [2]), h.make_tensor_value_info("x", F, [300, 2])],
+                   [h.make_tensor_value_info(n, F, None) for n in ("s", "ys")])
+    s0, x = np.float32([1, -1]), RNG.standard_normal((300, 2)).astype(np.float32)
+    s, ys = _run_kiln(model, [s0, x])
+    want = s0 + np.cumsum(x, axis=0, dtype=np.float64)
+    np.testing.assert_allclose(ys, want, rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(s, want[-1], rtol=1e-4, atol=1e-4)

@@ -113,6 +113,20 @@ def _can_fuse(producer: _Group, consumer: Call, pattern: str, group: _Group) -> 
     return False
 
 
+# The most parameters a kernel may have: the runtime refuses a kernel library with more
+# (KILN_MAX_KERNEL_PARAMS in runtime_c/src/internal.h). A group stops growing before it.
+MAX_KERNEL_PARAMS = 256
+
+
+def _num_params(members: List[Binding]) -> int:
+    """Parameters of the kernel fusing ``members``: the values they read from outside the
+    group (constants included, counted conservatively) plus the output."""
+    inside = {m.var for m in members}
+    outside = {id(a) for m in members for a in m.value.args
+               if not (isinstance(a, GraphVar) and a in inside)}
+    return len(outside) + 1
+
+
 def _same_shape(a: TensorType, b: TensorType) -> bool:
     return a.shape is not None and b.shape is not None and len(a.shape) == len(b.shape) \
         and structural_equal(tuple(a.shape), tuple(b.shape)) and a.dtype == b.dtype
@@ -157,7 +171,8 @@ def _block_groups(block: BindingBlock, uses) -> List[_Group]:
                              for a in m.value.args if a is arg)
                 if uses[arg] != here + inside:
                     continue
-                if _can_fuse(prod, b.value, pattern, group):
+                if _can_fuse(prod, b.value, pattern, group) and \
+                        _num_params(prod.members + group.members) <= MAX_KERNEL_PARAMS:
                     group.absorb(prod)
                     order.remove(prod)
                 pending.remove(arg)

@@ -93,12 +93,25 @@ def _stack(ctx: Ctx, rows: List[GraphExpr], axis: int) -> GraphExpr:
         parts = [ctx.op("expand_dims", x, axis=(axis,)) for x in rows]
         return parts[0] if len(parts) == 1 else ctx.op("concat", *parts, axis=axis)
     shape = [d.value if hasattr(d, "value") else d for d in rows[0].ty.shape]
-    flat = rows[0] if len(rows) == 1 else ctx.op("concat", *rows, axis=0)
+    flat = _concat(ctx, rows)
     out = ctx.op("reshape", flat, shape=tuple([len(rows)] + shape))
     if axis:
         perm = list(range(1, axis + 1)) + [0] + list(range(axis + 1, r + 1))
         out = ctx.op("permute_dims", out, axes=tuple(perm))
     return out
+
+
+# Most inputs of one concat: the concat kernel selects its input by a chain of conditions, as
+# deep as its inputs are many (512 overflowed Python's recursion in structural hashing).
+_CONCAT_FAN_IN = 128
+
+
+def _concat(ctx: Ctx, parts: List[GraphExpr]) -> GraphExpr:
+    """``parts`` concatenated along axis 0, as a tree of concats of at most _CONCAT_FAN_IN."""
+    while len(parts) > 1:
+        parts = [p[0] if len(p) == 1 else ctx.op("concat", *p, axis=0)
+                 for p in (parts[k:k + _CONCAT_FAN_IN] for k in range(0, len(parts), _CONCAT_FAN_IN))]
+    return parts[0]
 
 
 def _is_tensor(e) -> bool:
@@ -166,8 +179,9 @@ def _scan_slices(ctx: Ctx, x: GraphExpr, axis: int, reverse: bool, what: str) ->
     n = int(d.value)
     if n == 0:
         raise Unsupported(f"{what} is empty along its scan axis")
-    parts = [x] if n == 1 else list(ctx.op("split", x, indices_or_sections=n, axis=axis))
-    rows = [ctx.op("squeeze", p, axis=(axis,)) for p in parts]
+    # One take per row rather than one split into n outputs: a kernel with n outputs costs
+    # O(n^2) to schedule, while the n takes are one kernel (the row index is an argument).
+    rows = [ctx.op("take", x, Constant(np.asarray(t, np.int64)), axis=axis) for t in range(n)]
     return rows[::-1] if reverse else rows
 
 
