@@ -114,3 +114,16 @@ def test_resnet18_matches_onnxruntime_on_the_gpu(tmp_path):
     """The issue's done-when: ResNet-18 compiled for cuda matches onnxruntime at 1e-3."""
     mod, path, inputs = _onnx_model("resnet18", tmp_path)
     _against_ort(_compile(mod), path, inputs)
+
+
+def test_cuda_pipelines_and_cpu_scheduled_kernels():
+    from kiln.executable.executable import TargetMismatchError
+    from kiln.transform.infra import PassContext
+    assert kiln.get_pipeline("zero", target="cuda").names() == ["legalize", "gpu_default_schedule"]
+    names = kiln.get_pipeline("default", PassContext(target="cuda -arch=sm_90")).names()
+    assert names[-1] == "gpu_default_schedule" and "default_schedule" not in names
+    assert "convert_layout_nchwc" not in names and "conv_winograd" not in names
+    mlp = kiln.nn.Sequential(kiln.nn.Linear(16, 8))
+    mod, _ = mlp.export({"forward": {"x": kiln.nn.spec.Tensor((2, 16), "float32")}})
+    with pytest.raises(TargetMismatchError, match="not for the GPU"):
+        kiln.compile(kiln.get_pipeline("zero")(mod), target="cuda")     # scheduled for the CPU

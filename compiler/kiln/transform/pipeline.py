@@ -98,8 +98,11 @@ def get_pipeline(name: str = "default", ctx: Optional[PassContext] = None,
         raise ValueError(f"unknown pipeline {name!r}; the pipelines are "
                          f"{', '.join(sorted(PIPELINES))}") from None
     from ..codegen.cuda.target import is_cuda_target
+    if target is None and ctx is not None and is_cuda_target(ctx.target):
+        target = ctx.target
     if target is not None and is_cuda_target(target):
-        ctx = context(ctx)
+        # The graph passes' context is the host's: they make no CPU-specific choice here.
+        ctx = context((ctx or PassContext()).replace(target=None))
         return Sequential(_for_cuda(make, ctx), name=name, ctx=ctx)
     if target is not None:
         ctx = (ctx or PassContext()).replace(target=target)
