@@ -44,7 +44,7 @@ def test_a_killed_run_keeps_its_records_and_a_second_run_resumes(tmp_path):
             "from tune_helpers import matmul_graph_module\n"
             "mod, _ = matmul_graph_module(m=16, k=64, n=64)\n"
             "kiln.tune(mod, db=sys.argv[1], trials=500, num_threads=1, batch=2,\n"
-            "          progress=False)\n" % HERE)
+            "          progress=False, layers=False)\n" % HERE)
     proc = subprocess.Popen([sys.executable, "-c", code, str(db)])
     try:
         _wait_for_records(proc, db)
@@ -59,8 +59,9 @@ def test_a_killed_run_keeps_its_records_and_a_second_run_resumes(tmp_path):
     mod, _ = matmul_graph_module(m=16, k=64, n=64)
     (task,), _ = extract_tasks(mod, "llvm", threads=1)
     assert all(r["workload"] == task.workload for r in before)
+    # (layers=False: the kernel records alone; test_tune_layers covers the layer decisions)
     report = kiln.tune(mod, db=db, trials=len(before) + 3, num_threads=1, batch=3,
-                       progress=False, confirm=False)
+                       progress=False, confirm=False, layers=False)
     after = Database(db).records()
     assert after[:len(before)] == before
     new = after[len(before):]

@@ -12,7 +12,8 @@ from kiln.ir.graph import Constant
 from kiln.transform import PassContext
 from kiln.tune.apply import StaleRecordWarning
 from kiln.tune.database import Database, make_record
-from kiln.tune.layers import BLOCK, WINOGRAD, block_layers, layer_workload, winograd_layers
+from kiln.tune.layers import (BLOCK, PANEL, WINOGRAD, block_layers, layer_workload,
+                              panel_layers, winograd_layers)
 
 X = (1, 16, 10, 10)
 
@@ -143,3 +144,31 @@ def test_a_record_decides_the_conv_block(tmp_path):
         kiln.nd.array(x)).numpy()
     want = np.maximum(np.einsum("oc,nchw->nohw", W48[:, :, 0, 0], x), 0)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_a_record_decides_a_matvec_panel(tmp_path):
+    """A one-row linear may pack its weight in panels 2 or 4 times the tile's vector width (one
+    stream per tile); a record picks one, the kernel tiles by it and computes the same."""
+    rng = np.random.default_rng(4)
+    w = rng.standard_normal((1024, 96)).astype("float32")
+    x = GraphVar("x", TensorType((1, 96), "float32"))
+    fb = FunctionBuilder([x])
+    with fb.dataflow():
+        out = fb.emit_output(ops.call("linear", x, Constant(w)))
+    mod = IRModule({"main": fb.finish(out)})
+    ctx = PassContext(target="llvm", cores=1, tuning_db=str(tmp_path / "db.jsonl"))
+    lanes = ctx.resolved().pack_lanes
+    (task,) = panel_layers(mod, ctx.replace(tuning_db=None))
+    assert task.decision == PANEL and task.default == lanes
+    assert {lanes, 2 * lanes, 4 * lanes} <= set(task.options)
+    Database(ctx.tuning_db).append(make_record(task.workload, ctx.resolved().machine.key(), 1,
+                                               task.kernel, {PANEL: 4 * lanes}, "ok",
+                                               median_s=1e-6, min_s=1e-6))
+    scheduled = kiln.get_pipeline("default", ctx)(mod)
+    descs = [dict(f.attrs).get("kiln.schedule", "") for f in scheduled.functions.values()
+             if hasattr(f, "attrs")]
+    assert any(d.startswith(f"matmul: tile 1x{4 * lanes},") for d in descs), descs
+    xs = rng.standard_normal((1, 96)).astype("float32")
+    got = kiln.VirtualMachine(kiln.compile(scheduled, "llvm"), kiln.cpu())["main"](
+        kiln.nd.array(xs)).numpy()
+    np.testing.assert_allclose(got, xs @ w.T, rtol=1e-4, atol=1e-4)

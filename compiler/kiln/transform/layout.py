@@ -21,7 +21,7 @@ kernel, one panel per column block, once enough rows reuse each panel.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 import numpy as np
 
@@ -164,10 +164,11 @@ def pack_plan(call: Call, ctx: PassContext) -> Optional[PackPlan]:
     if rule.by == "cols":
         if len(shape) != 2 or shape[rule.dim] < ctx.pack_lanes // 2:
             return None   # narrower than half a panel: packing would mostly copy zeros
-        n = shape[rule.dim]
-        lanes = next((p for p in (ctx.pack_lanes, ctx.pack_lanes // 2) if p >= 4 and n % p == 0),
-                     ctx.pack_lanes)
         rows = None if x_shape is None else int(np.prod(x_shape[:-1], dtype=np.int64))
+        options, lanes = panel_options(shape[rule.dim], rows, ctx)
+        if ctx.tuning_db and x_shape is not None:
+            from ..tune.layers import PANEL, recorded_choice
+            lanes = recorded_choice(call, ctx, PANEL, options) or lanes
         return PackPlan(rule, shape, lanes, rows)
     # conv2d: MR output channels per tile, as the schedule will pick them from the width.
     if dict(call.attrs).get("groups", 1) != 1 or not isinstance(call.ty, TensorType):
@@ -177,6 +178,27 @@ def pack_plan(call: Call, ctx: PassContext) -> Optional[PackPlan]:
         return None
     lanes = divisor_at_most(shape[0], tile_rows(vector_tile(out[-1], ctx.pack_lanes), ctx))
     return PackPlan(rule, shape, lanes, None) if lanes > 1 else None
+
+
+# Input rows up to which a weight may be packed in panels wider than the register tile's
+# vector (``panel_options``).
+WIDE_PANEL_ROWS = 4
+
+
+def panel_options(n: int, rows: Optional[int], ctx: PassContext) -> Tuple[List[int], int]:
+    """(the panel widths a ``linear``/``matmul`` weight of ``n`` columns may be packed in,
+    the default): ``pack_lanes`` and half of it where they divide ``n`` (the default: the
+    first that does, else ``pack_lanes`` with a padded last panel); for at most
+    ``WIDE_PANEL_ROWS`` input rows also 2 and 4 times ``pack_lanes`` (a matrix-vector
+    product's tile spans several panels, each a stream of its own; one wide panel is one
+    stream). The tuner's ``panel`` decision picks among them (``tune/layers.py``)."""
+    lanes = ctx.pack_lanes
+    fits = [p for p in (lanes, lanes // 2) if p >= 4 and n % p == 0]
+    default = fits[0] if fits else lanes
+    options = fits or [lanes]
+    if rows is not None and rows <= WIDE_PANEL_ROWS:
+        options += [p for p in (2 * lanes, 4 * lanes) if n % p == 0]
+    return options, default
 
 
 # ---- the te computes --------------------------------------------------------------------------

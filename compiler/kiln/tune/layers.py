@@ -8,26 +8,29 @@ Two choices come earlier, in graph passes, and which kernels a model has depends
   GEMM, output transform); the cost rule's pick (``ConvPlan.choice``) is the default;
 - ``conv_block`` (``convert_layout_nchwc``): the output-channel block ``bn`` of each
   channel-blocked conv (``conv_blocked.channel_blocks``: 32, 24, 16, 8 on AVX-512), the
-  layout its result flows in; ``conv_blocked.conv_tile``'s pick is the default.
+  layout its result flows in; ``conv_blocked.conv_tile``'s pick is the default;
+- ``panel`` (``fuse_ops``, ``layout.pack_plan``): the panel width a ``linear``/``matmul``
+  weight is packed in, the register tile's vector width (``layout.panel_options``: 64 or 32
+  on AVX-512, and 128 or 256 for a matrix-vector product, one stream per tile).
 
 This module lets measurement pick:
 
-- ``winograd_layers(mod, ctx)`` / ``block_layers(mod, ctx)``: the layers of a model a rule
-  decides, as ``LayerTask``s keyed by ``layer_workload`` (the decision, the conv's shapes,
+- ``winograd_layers`` / ``block_layers`` / ``panel_layers`` ``(mod, ctx)``: the layers of a
+  model a rule decides, as ``LayerTask``s keyed by ``layer_workload`` (the decision, the conv's shapes,
   dtype and attributes), with their options and default;
-- ``tune_layers(...)``: each option of each layer compiled alone (the conv with its constant
+- ``tune_layers(...)``: each option of each layer compiled alone (the operator with its
   weight, through the default pipeline with that option forced the way a record forces it:
   a one-record database) and timed end to end where the executor runs candidates
   (``Executor.time_models``: alternating rounds, the fastest round of each); one record per
-  option, ``{"winograd": m}`` or ``{"conv_block": bn}``, in the same database and format as
-  the kernels' (``database.make_record``, ``kernel`` = ``conv2d ...``);
+  option, ``{"winograd": m}``, ``{"conv_block": bn}`` or ``{"panel": p}``, in the same
+  database and format as the kernels' (``database.make_record``, ``kernel`` = ``conv2d ...``);
 - ``recorded_choice(call, ctx, decision, options)``: what the passes ask when
   ``PassContext.tuning_db`` is set: the best record's value for this layer on this target
   and thread count, or None (no record: the default rule decides). A recorded value that is
   no longer an option is reported once (``apply.StaleRecordWarning``).
 
 The tuner (``kiln.tune``) measures the Winograd choices first, then the blocks of the convs
-that stay direct, so the kernels it then extracts and tunes are those the recorded choices
+that stay direct, then the panels, so the kernels it then extracts and tunes are those the recorded choices
 produce (``extract_tasks(..., layers_db=db)``).
 
 >>> tasks = winograd_layers(mod, PassContext(target="llvm"))          # doctest: +SKIP
@@ -49,6 +52,7 @@ from ..transform.infra import PassContext
 # The decisions' names (and their records' workload prefix: ``layer:<decision>:<hash>``).
 WINOGRAD = "winograd"
 BLOCK = "conv_block"
+PANEL = "panel"
 
 
 @dataclass
@@ -98,13 +102,13 @@ def describe(decision: str, option: int) -> str:
     """``direct``, ``winograd 4``, ``block 16``: an option as reports say it."""
     if decision == WINOGRAD:
         return "direct" if option == 0 else f"winograd {option}"
-    return f"block {option}"
+    return f"{'block' if decision == BLOCK else 'panel'} {option}"
 
 
 def layer_name(call: Call) -> str:
-    """``conv2d 1x64x56x56 w64x64x3x3``: how reports and records name a conv layer."""
+    """``conv2d 1x64x56x56 w64x64x3x3``: how reports and records name a layer."""
     x, w = call.args[0].ty.static_shape(), call.args[1].ty.static_shape()
-    return f"conv2d {'x'.join(map(str, x))} w{'x'.join(map(str, w))}"
+    return f"{call.op} {'x'.join(map(str, x))} w{'x'.join(map(str, w))}"
 
 
 def _plain(v: Any) -> Any:
@@ -124,9 +128,11 @@ def _before(stage: str, ctx: PassContext):
 
 
 def _layers(mod: IRModule, ctx: PassContext, stage: str, decision: str,
-            options_of: Callable[[Call], Optional[tuple]]) -> List[LayerTask]:
-    """One ``LayerTask`` per distinct bound conv2d that ``options_of(call) -> (options,
-    default)`` (or None: not this rule's) accepts, as the pass ``stage`` sees them."""
+            options_of: Callable[[Call], Optional[tuple]],
+            ops: tuple = ("conv2d",)) -> List[LayerTask]:
+    """One ``LayerTask`` per distinct bound call of ``ops`` with static input and weight
+    shapes that ``options_of(call) -> (options, default)`` (or None: not this rule's)
+    accepts, as the pass ``stage`` sees them (fused functions included)."""
     from ..ir import collect
     from ..ir.graph import Function
     seen = _before(stage, ctx)(mod)
@@ -136,7 +142,9 @@ def _layers(mod: IRModule, ctx: PassContext, stage: str, decision: str,
             continue
         for b in collect(f, Binding):     # what the graph passes visit: bound calls
             call = b.value
-            if not isinstance(call, Call) or call.op != "conv2d":
+            if not isinstance(call, Call) or call.op not in ops or len(call.args) < 2 or \
+                    any(getattr(a.ty, "static_shape", lambda: None)() is None
+                        for a in call.args[:2]):
                 continue
             found = options_of(call)
             if found is None:
@@ -187,22 +195,45 @@ def block_layers(mod: IRModule, ctx: PassContext) -> List[LayerTask]:
     return _layers(mod, ctx, "convert_layout_nchwc", BLOCK, options_of)
 
 
+def panel_layers(mod: IRModule, ctx: PassContext) -> List[LayerTask]:
+    """The ``linear``/``matmul`` calls of ``mod`` whose weight ``fuse_ops`` packs in panels
+    and that have more than one width to choose from (``layout.panel_options``), as the
+    pipeline for ``ctx`` presents them."""
+    from ..transform import layout
+    if not ctx.prepack_weights:
+        return []
+    rctx = ctx.resolved()
+
+    def options_of(call: Call):
+        plan = layout.pack_plan(call, rctx.replace(tuning_db=None))
+        if plan is None or plan.rule.by != "cols":
+            return None
+        options, default = layout.panel_options(plan.shape[plan.rule.dim], plan.rows, rctx)
+        return (options, default) if len(options) > 1 else None
+    return _layers(mod, ctx, "fuse_ops", PANEL, options_of, ops=("linear", "matmul"))
+
+
 def layer_module(call: Call) -> IRModule:
-    """The conv alone: ``main(x) = conv2d(x, weight)`` with the layer's constant weight."""
+    """The operator alone: ``main(x) = op(x, weight)`` with the layer's constant weight (seeded
+    random values of its shape when the call's weight is not a constant: a fused function's
+    parameter)."""
+    import numpy as np
     from ..ir import FunctionBuilder, GraphVar
     from ..ops import call as op_call
+    w = call.args[1]
+    data = w.data if isinstance(w, Constant) else \
+        np.random.default_rng(0).standard_normal(w.ty.static_shape()).astype(w.ty.dtype)
     x = GraphVar("x", call.args[0].ty)
     fb = FunctionBuilder([x])
     with fb.dataflow():
-        out = fb.emit_output(op_call("conv2d", x, Constant(call.args[1].data),
-                                     **dict(call.attrs)))
+        out = fb.emit_output(op_call(call.op, x, Constant(data), **dict(call.attrs)))
     return IRModule({"main": fb.finish(out)})
 
 
 def compile_option(task: LayerTask, option: int, target: str, ctx: PassContext,
                    workdir: str) -> str:
-    """The library of the task's conv alone with ``option`` forced as a record forces it (a
-    database in ``workdir`` holding that one record); returns the library's path. A block
+    """The library of the task's operator alone with ``option`` forced as a record forces it
+    (a database in ``workdir`` holding that one record); returns the library's path. A block
     is measured on the direct conv (Winograd off)."""
     import os
     from ..executable import compile as compile_model
@@ -255,7 +286,7 @@ def tune_layers(tasks: List[LayerTask], target: str, threads: int, ctx: PassCont
                     for o, s in rep.times.items():
                         database.append(make_record(
                             t.workload, key, threads, t.kernel, {t.decision: o}, "ok",
-                            median_s=s, min_s=s, rules=rules, ops="conv2d", target_str=target))
+                            median_s=s, min_s=s, rules=rules, ops=t.call.op, target_str=target))
                 else:
                     rep.note = f"timing failed ({kind}): {str(value).splitlines()[0]}"
         reports.append(rep)

@@ -381,7 +381,7 @@ def _tune_layers(mod, target, num_threads, ctx, database: Database, executor: Ex
     """The layer decisions of ``mod`` measured (``layers.tune_layers``), one line per layer
     on stderr with ``progress``."""
     from ..transform.infra import PassContext
-    from .layers import block_layers, describe, tune_layers, winograd_layers
+    from .layers import block_layers, describe, panel_layers, tune_layers, winograd_layers
     threads = int(num_threads or default_threads())
     base = (ctx or PassContext()).replace(target=str(target), cores=threads, tuning_db=None)
 
@@ -392,10 +392,13 @@ def _tune_layers(mod, target, num_threads, ctx, database: Database, executor: Ex
                   + (f" ({rep.note})" if rep.note else ""), file=sys.stderr)
     reports = tune_layers(winograd_layers(mod, base), str(target), threads, base, database,
                           executor, on_layer=said)
-    # The blocks of the convs that stay direct, once the Winograd choices are recorded.
-    blocks = block_layers(mod, base.replace(tuning_db=database.path))
-    return reports + tune_layers(blocks, str(target), threads, base, database, executor,
-                                 on_layer=said)
+    # The blocks of the convs that stay direct, once the Winograd choices are recorded; then
+    # the weights' panels.
+    for find in (block_layers, panel_layers):
+        found = find(mod, base.replace(tuning_db=database.path))
+        reports += tune_layers(found, str(target), threads, base, database, executor,
+                               on_layer=said)
+    return reports
 
 
 def _baselines(states: List[_TaskState], executor: Executor, record) -> None:
