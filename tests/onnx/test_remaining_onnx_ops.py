@@ -1,7 +1,7 @@
 """ONNX operators of the last backend-test gaps, each against onnxruntime where it has a kernel
 (else onnx's reference evaluator): BatchNormalization in training mode, Dropout in training mode
 with ratio 0, ConvInteger / MatMulInteger / QLinearConv, Det, MaxPool's Indices, RoiAlign, DeformConv,
-MelWeightMatrix, 3-D ConvTranspose."""
+MelWeightMatrix, 3-D ConvTranspose, QuantizeLinear to uint16."""
 from __future__ import annotations
 
 import numpy as np
@@ -18,6 +18,7 @@ from kiln.frontend.onnx import from_onnx  # noqa: E402
 RNG = np.random.default_rng(13)
 ELEM = {np.dtype(np.float32): TP.FLOAT, np.dtype(np.float64): TP.DOUBLE, np.dtype(np.int64): TP.INT64,
         np.dtype(np.int32): TP.INT32, np.dtype(np.uint8): TP.UINT8, np.dtype(np.int8): TP.INT8,
+        np.dtype(np.uint16): TP.UINT16,
         np.dtype(np.bool_): TP.BOOL}
 
 
@@ -162,3 +163,9 @@ def test_conv_transpose_3d(attrs):
     feeds = {"x": rand(1, 4, 3, 4, 3), "w": rand(4, 3, 3, 2, 2), "b": rand(3 * attrs.get("group", 1))}
     check(h.make_node("ConvTranspose", list(feeds), ["y"], **attrs), feeds, [TP.FLOAT], opset=11,
           rtol=1e-4, atol=1e-4)
+
+
+def test_quantize_linear_uint16_saturates():
+    x = np.concatenate([rand(10) * 3000, [-5.0, 1e6]]).astype(np.float32)
+    feeds = {"x": x, "s": np.array(0.25, np.float32), "z": np.array(30000, np.uint16)}
+    check(h.make_node("QuantizeLinear", list(feeds), ["y"]), feeds, [TP.UINT16], opset=21, rtol=0, atol=0)

@@ -14,7 +14,7 @@ from ...ir import dtype as dt
 from . import narrow_float
 from .common import Unsupported, converter, dtype, kiln_dtype, ndim, norm_axis, scalar_like, static_shape
 
-_RANGES = {"uint8": (0, 255), "int8": (-128, 127), "int16": (-32768, 32767)}
+_RANGES = {"uint8": (0, 255), "int8": (-128, 127), "int16": (-32768, 32767), "uint16": (0, 65535)}
 _RANGES.update({"uint4": (0, 15), "int4": (-8, 7), "uint2": (0, 3), "int2": (-2, 1)})
 
 
@@ -42,7 +42,8 @@ def _cast(ctx, e, to):
 def _saturate(ctx, y, target):
     """Round half to even, clip to ``target``'s range, cast (y is float)."""
     if target not in _RANGES:
-        raise Unsupported(f"quantizing to {target} is not supported (uint8, int8, int16 are)")
+        raise Unsupported(f"quantizing to {target} is not supported (uint8, int8, int16, uint16 and the "
+                          "packed 2- and 4-bit integers are)")
     lo, hi = _RANGES[target]
     return ctx.op("cast", ctx.op("clip", ctx.op("round", y), min=float(lo), max=float(hi)), dtype=target)
 
