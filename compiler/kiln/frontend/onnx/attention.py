@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...ir import dtype as dt
-from .common import Unsupported, converter, dim, dtype, ndim, scalar_like, static_shape
+from .common import Unsupported, converter, dim, dtype, ndim, static_shape
 
 
 def _heads_first(ctx, x, heads):
