@@ -112,3 +112,35 @@ def test_momentum(mode, t):
     node = h.make_node("Momentum", list(feeds), outputs("XV"), domain="ai.onnx.preview.training",
                        alpha=0.9, beta=0.5, mode=mode, norm_coefficient=0.01)
     check_reference(node, feeds)
+
+
+@pytest.mark.parametrize("version,attrs,x", [
+    (2, dict(keys_int64s=[3, 1, 7], values_floats=[0.5, -2.0, np.inf], default_float=9.0),
+     np.array([[1, 2, 3], [7, 7, 0]], np.int64)),
+    (2, dict(keys_floats=[0.5, 3.0, -1.0], values_int64s=[10, 20, 30], default_int64=-5),
+     np.array([0.5, np.nan, 2.0, -1.0], np.float32)),
+    (4, dict(keys_tensor=nh.from_array(np.array([4, 5], np.int64)),
+             values_tensor=nh.from_array(np.array([40, 50], np.int64)),
+             default_tensor=nh.from_array(np.array([0], np.int64))), np.array([5, 4, 6], np.int64)),
+])
+def test_label_encoder_numeric(version, attrs, x):
+    out_elem = TP.FLOAT if "values_floats" in attrs else TP.INT64
+    node = h.make_node("LabelEncoder", ["x"], ["y"], domain="ai.onnx.ml", **attrs)
+    m = h.make_model(h.make_graph([node], "g", [h.make_tensor_value_info("x", NP_TO_ONNX[x.dtype], list(x.shape))],
+                                  [h.make_tensor_value_info("y", out_elem, None)]),
+                     opset_imports=[h.make_opsetid("ai.onnx.ml", version), h.make_opsetid("", 18)])
+    m.ir_version = 10
+    want = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    compare(kiln_run(m, {"x": x}), want, 0, 0)
+
+
+def test_label_encoder_nan_key_and_repeated_key():
+    # the spec: a NaN key matches any NaN input, and a repeated key's last value wins
+    # (onnxruntime and onnx's reference evaluator match no NaN), so the expectation is written out
+    x = np.array([np.nan, 2.0, 1.0, -np.nan], np.float32)
+    node = h.make_node("LabelEncoder", ["x"], ["y"], domain="ai.onnx.ml", keys_floats=[1.0, np.nan, 1.0],
+                       values_int64s=[7, 8, 9], default_int64=0)
+    m = h.make_model(h.make_graph([node], "g", [h.make_tensor_value_info("x", TP.FLOAT, [4])],
+                                  [h.make_tensor_value_info("y", TP.INT64, None)]),
+                     opset_imports=[h.make_opsetid("ai.onnx.ml", 2)])
+    compare(kiln_run(m, {"x": x}), [np.array([8, 0, 9, 8], np.int64)], 0, 0)

@@ -1,5 +1,6 @@
-"""Operators of the ai.onnx.ml domain over numeric tensors: Binarizer, ArrayFeatureExtractor and
-TreeEnsemble (opset 5), composed from the operator library.
+"""Operators of the ai.onnx.ml domain over numeric tensors: Binarizer, ArrayFeatureExtractor,
+LabelEncoder (int64 and float keys and values) and TreeEnsemble (opset 5), composed from the
+operator library.
 
 TreeEnsemble's trees are attributes, so their structure is known at import time: each tree
 becomes a nest of ``where`` over its split conditions whose leaves are constant rows (the
@@ -131,3 +132,48 @@ def tree_ensemble(ctx, node, ins, attrs):
         zero = ctx.const(np.array(0, npdt))
         total = ctx.op("where", ctx.op("equal", total, ctx.const(np.array(identity, npdt))), zero, total)
     return total
+
+
+def _label_table(attrs, kind):
+    """The ``keys``/``values`` of a LabelEncoder as a numpy array, or None (strings: None too)."""
+    t = _tensor_attr(attrs, f"{kind}_tensor")
+    if t is not None:
+        return None if t.dtype.kind in "OSU" else t
+    for suffix, npdt in (("floats", np.float32), ("int64s", np.int64)):
+        if attrs.get(f"{kind}_{suffix}") is not None:
+            return np.asarray(attrs[f"{kind}_{suffix}"], npdt)
+    return None
+
+
+@converter(f"{DOMAIN}:LabelEncoder", since=2)
+def label_encoder(ctx, node, ins, attrs):
+    """Each element of x replaced by the value of the equal key, or by the default; numeric keys
+    and values (int64, float), compared all at once: (..., keys). As the spec says, a NaN key
+    matches any NaN (onnxruntime and onnx's reference match none) and a repeated key's last
+    value wins."""
+    x = ins[0]
+    keys, values = _label_table(attrs, "keys"), _label_table(attrs, "values")
+    if keys is None or values is None:
+        raise Unsupported("string keys or values are not supported (int64 and float ones are)")
+    if len(keys) != len(values):
+        raise Unsupported(f"{len(keys)} keys but {len(values)} values")
+    last = {}  # a repeated key: the last one takes precedence (the spec); NaN keys are one key
+    for i, k in enumerate(keys.tolist()):
+        last["nan" if k != k else k] = i
+    order = sorted(last.values())
+    keys, values = keys[order], values[order]
+    default = _tensor_attr(attrs, "default_tensor")
+    if default is None:
+        default = attrs.get("default_float", -0.0) if values.dtype.kind == "f" else attrs.get("default_int64", -1)
+    default = np.asarray(default, values.dtype).reshape(())
+    kx = keys.astype(dt.to_numpy(dtype(x)))
+    hit = ctx.op("equal", ctx.op("expand_dims", x, axis=ndim(x)), ctx.const(kx))      # (..., K)
+    if kx.dtype.kind == "f" and np.isnan(kx).any():
+        nan_x = ctx.op("expand_dims", ctx.op("not_equal", x, x), axis=ndim(x))
+        hit = ctx.op("logical_or", hit, ctx.op("logical_and", nan_x, ctx.const(np.isnan(kx))))
+    found = ctx.op("max", ctx.op("cast", hit, dtype="int32"), axis=(ndim(x),))
+    # keys are unique, so at most one hit per element: the sum over keys is its value (where,
+    # not a product with the hits: an inf value times a miss would be NaN)
+    zero = ctx.const(np.zeros((), values.dtype))
+    picked = ctx.op("sum", ctx.op("where", hit, ctx.const(values), zero), axis=(ndim(x),))
+    return ctx.op("where", ctx.op("cast", found, dtype="bool"), picked, ctx.const(default))
