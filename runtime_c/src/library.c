@@ -231,12 +231,12 @@ static kiln_status_t check_argument(const kiln_kernel_info_t* k, int32_t i, cons
   return KILN_OK;
 }
 
-/* The byte range [*lo, *hi) that a compact tensor's elements occupy. */
+/* The byte range [*lo, *hi) that a compact tensor's elements occupy (sub-byte ones packed). */
 static void byte_range(const DLTensor* t, uintptr_t* lo, uintptr_t* hi) {
-  uint64_t n = (uint64_t)(t->dtype.bits * t->dtype.lanes + 7) / 8;
+  uint64_t n = (uint64_t)t->dtype.bits * t->dtype.lanes;
   for (int32_t d = 0; d < t->ndim; ++d) n *= (uint64_t)t->shape[d];
   *lo = (uintptr_t)t->data + (uintptr_t)t->byte_offset;
-  *hi = *lo + (uintptr_t)n;
+  *hi = *lo + (uintptr_t)((n + 7) / 8);
 }
 
 /* Generated kernels treat their arguments as distinct memory (the data pointers are `noalias`),

@@ -49,6 +49,41 @@ def test_parallel_loop_storing_packed_runs_serially(build, name):
     np.testing.assert_array_equal(got.astype(np.int16), a.astype(subbyte.numpy_dtype(name)).astype(np.int16))
 
 
+def _wrap(storage, offset, dtype, n):
+    """A runtime tensor of ``n`` elements of ``dtype`` at byte ``offset`` of ``storage``'s memory
+    (which must outlive it)."""
+    from kiln.runtime._base import check, ffi, lib
+    from kiln.runtime.ndarray import NDArray
+    code, bits, _ = {"int4": (0, 4, 1), "float32": (2, 32, 1)}[dtype]
+    dl = ffi.new("DLTensor*")
+    shape = ffi.new("int64_t[1]", [n])
+    dl.data = ffi.cast("char*", storage._dl.data) + offset
+    dl.device.device_type, dl.ndim, dl.shape = lib.kDLCPU, 1, shape
+    dl.dtype.code, dl.dtype.bits, dl.dtype.lanes = code, bits, 1
+    out = ffi.new("kiln_tensor_t**")
+    check(lib.kiln_tensor_wrap(dl, ffi.NULL, ffi.NULL, out))
+    return NDArray(out[0])
+
+
+def test_runtime_overlap_check_sizes_packed_arguments(build):
+    """The runtime refuses a kernel call whose written argument overlaps another, by each one's
+    bytes: N int4 span ceil(N / 2) of them, so a float32 output placed right after them in one
+    buffer is distinct memory (it was refused, the int4 counted a byte each), and one placed
+    inside them is still refused."""
+    import kiln
+    from kiln.runtime import KilnError, load_module
+    A, B = buf("A", (N,), "int4"), buf("B", (N,), "float32")
+    mod = load_module(build(elementwise(N, [A], B, lambda a: a.astype("float32"))).path)
+    storage = kiln.nd.empty((8192,), "uint8")
+    packed = subbyte.packed_nbytes("int4", N)   # 501
+    a = _wrap(storage, 0, "int4", N).copyfrom(values("int4"))
+    out = _wrap(storage, packed + 3, "float32", N)   # the next 4-byte boundary
+    mod["main"](a, out)
+    np.testing.assert_array_equal(out.numpy(), values("int4").astype(np.float32))
+    with pytest.raises(KilnError, match="share memory"):
+        mod["main"](a, _wrap(storage, packed - 1, "float32", N))
+
+
 def test_vectorized_copy_between_packed_buffers(build):
     """int4 -> int4 through a split loop whose inner loop is vectorized with a tail predicate."""
     A, B = buf("A", (N,), "int4"), buf("B", (N,), "int4")
