@@ -146,7 +146,7 @@ def test_loop_with_run_time_condition_matches_onnxruntime():
     by the VM's IF while the condition holds; one executable runs 0, 1, 3 and all 8 iterations."""
     model = _while_model()
     mod, params = from_onnx(model)
-    assert {"main_loop0_body", "main_loop0_skip"} <= set(mod.functions)
+    assert {"main_loop0_body", "main_loop0_body_skip"} <= set(mod.functions)
     mod = kiln.transform.bind_params("main", params)(mod)
     vm = kiln.VirtualMachine(kiln.compile(kiln.get_pipeline("default")(mod), "llvm"), kiln.cpu())
     y0 = np.float32([0.1, 0.2, 0.3])
@@ -157,13 +157,67 @@ def test_loop_with_run_time_condition_matches_onnxruntime():
         np.testing.assert_allclose(np.asarray(got.numpy()), want, rtol=1e-6)
 
 
-@pytest.mark.parametrize("trip_count,scan_output", [(False, False), (True, True)])
-def test_loop_run_time_iteration_count_is_refused(trip_count, scan_output):
-    """No trip count, or a scan output: the number of iterations (or rows) would be a run-time
-    value; the error names the graph input behind the condition."""
-    with pytest.raises(ONNXImportError, match="the condition must be a constant") as ei:
+@pytest.mark.parametrize("trip_count,scan_output,message", [
+    (False, False, "the loop is not bounded"), (True, True, "the condition must be a constant")])
+def test_loop_run_time_iteration_count_is_refused(trip_count, scan_output, message):
+    """No trip count (nor a condition that becomes provably false), or a scan output: the number
+    of iterations (or rows) would be a run-time value; the error names the graph input behind
+    the condition."""
+    with pytest.raises(ONNXImportError, match=message) as ei:
         from_onnx(_while_model(trip_count, scan_output))
     assert ei.value.needs_constant in ("y0", "limit")
+
+
+def test_torch_scripted_loop_with_break_matches_onnxruntime():
+    """``for _ in range(10): if h.abs().sum() > limit: break`` through torch.jit.script and the
+    TorchScript exporter: a Loop with M = INT64_MAX, the counter carried, ``cond = not_broken
+    and counter < 10``. One executable runs 0 to 10 iterations, as the input decides."""
+    torch = pytest.importorskip("torch")
+
+    class EarlyExit(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(8, 8)
+
+        def forward(self, x, limit):
+            h_ = x
+            for _ in range(10):
+                if bool(h_.abs().sum() > limit):
+                    break
+                h_ = torch.tanh(self.lin(h_)) + h_
+            return h_
+
+    import io
+    import warnings
+    torch.manual_seed(0)
+    net, x = EarlyExit(), torch.randn(2, 8)
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(torch.jit.script(net), (x, torch.tensor(20.0)), buf, dynamo=False,
+                          input_names=["x", "limit"], output_names=["y"], opset_version=17)
+    model = onnx.load_from_string(buf.getvalue())
+    assert [n.op_type for n in model.graph.node].count("Loop") == 1
+
+    def iterations(limit):   # how many bodies the input makes run
+        h_, n = x, 0
+        with torch.no_grad():
+            while n < 10 and not bool(h_.abs().sum() > limit):
+                h_, n = torch.tanh(net.lin(h_)) + h_, n + 1
+        return n
+    mod, params = from_onnx(model)
+    mod = kiln.transform.bind_params("main", params)(mod)
+    vm = kiln.VirtualMachine(kiln.compile(kiln.get_pipeline("default")(mod), "llvm"), kiln.cpu())
+    xs = x.numpy()
+    start = float(np.abs(xs).sum())
+    limits = (start - 1, start + 2, start + 8, 1e9)
+    assert [iterations(lim) for lim in limits][::3] == [0, 10]
+    assert len({iterations(lim) for lim in limits}) == 4
+    for limit in limits:
+        feeds = {"x": xs, "limit": np.asarray(limit, np.float32)}
+        (want,) = _run_ort(model, feeds)
+        got = np.asarray(vm["main"](xs, feeds["limit"]).numpy())
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
 
 
 def test_sequence_ops_match_onnxruntime():

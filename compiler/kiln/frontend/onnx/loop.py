@@ -4,14 +4,14 @@ Kiln compiles ahead of time for fixed shapes, and a loop's scan outputs have as 
 the loop runs iterations, so the number of iterations must be known when the model is
 compiled: ``Loop``'s trip count must fold to a constant (an initializer, a ``Constant``, a
 shape computation, or a graph input fixed with ``from_onnx(..., const_inputs=...)``), and so
-must its condition while the loop has scan outputs or no trip count; ``Scan`` iterates over an
+must its condition while the loop has scan outputs; ``Scan`` iterates over an
 axis of its scan inputs, whose length the shapes fix. The body graph is then imported once per
 iteration into the enclosing function (its nodes inlined, as a constant-condition ``If`` is),
 loop-carried values threaded from one copy to the next and scan outputs stacked. A condition
-that becomes a run-time value under a fixed trip count (a data-dependent ``break``) continues
-as guarded calls of one body function (``loop_guarded.py``). A trip count or condition that
-must be known but is not is an error naming the graph input to fix (``needs_constant``), so
-that the ONNX backend specialises on it.
+that becomes a run-time value (a data-dependent ``break``) continues as guarded calls of
+private body functions, while the trip count or a provably false condition bounds the loop
+(``loop_guarded.py``). A trip count or condition that must be known but is not is an error
+naming the graph input to fix (``needs_constant``), so that the ONNX backend specialises on it.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ import numpy as np
 from ...ir.graph import Constant, GraphExpr, GraphVar
 from .common import Ctx, Unsupported, converter, ndim, norm_axis
 from .control_flow import _ScopedEnv, _convert_graph
-from .loop_guarded import guarded_iterations
+from .loop_guarded import guarded_iterations, known_bool
 from .sequence import is_container
 
 # An unrolled loop past this many iterations is refused: each iteration is a copy of the body.
@@ -132,31 +132,27 @@ def loop(ctx, node, ins, attrs):
     trip = None if m_in is None else int(_need(ctx, m_in, "the trip count M").reshape(-1)[0])
     if trip is None and c_in is None:
         raise Unsupported("neither a trip count nor a condition: the loop never ends")
-    limit = MAX_UNROLL if trip is None else trip
-    if limit > MAX_UNROLL:
+    if trip is not None and trip > MAX_UNROLL and c_in is None:
         raise Unsupported(f"trip count {trip} is past the {MAX_UNROLL} iterations Kiln unrolls")
+    limit = MAX_UNROLL if trip is None else min(trip, MAX_UNROLL)
     cond = Constant(np.asarray(True)) if c_in is None else c_in
     scans: List[List[object]] = [[] for _ in range(n_scan)]
     i = 0
-    while i < limit:
-        known = ctx.value(cond)
-        if known is None:  # from here on the condition is only known at run time
-            break
-        if not bool(known.reshape(-1)[0]):
-            break
+    while i < limit and known_bool(ctx, cond):  # None: from here on only known at run time
         outs = run_body(ctx, body, [Constant(np.asarray(i, np.int64)), Constant(np.asarray(True))] + carried)
         cond = outs[0]
         carried = list(outs[1:1 + n_carried])
         for k in range(n_scan):
             scans[k].append(outs[1 + n_carried + k])
         i += 1
-    if ctx.value(cond) is None and i < limit:
+    state, more = known_bool(ctx, cond), trip is None or i < trip
+    if state is None and more:
         what = "the condition" if i == 0 else f"the condition computed by iteration {i - 1}"
-        if trip is None or n_scan or any(is_container(c) for c in carried):
-            # refused: the number of iterations (rows, elements) would be a run-time value
+        if n_scan or any(is_container(c) for c in carried):
+            # refused: the number of rows (elements) would be a run-time value
             _need(ctx, cond, what)
         carried = guarded_iterations(ctx, body, cond, carried, i, trip, _input_behind(ctx, cond))
-    elif ctx.value(cond) is not None and bool(ctx.value(cond).reshape(-1)[0]) and trip is None:
+    elif state and more:
         raise Unsupported(f"the condition is still true after {MAX_UNROLL} iterations (the most Kiln "
                           "unrolls)")
     stacked = []

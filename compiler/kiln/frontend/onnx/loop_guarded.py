@@ -1,27 +1,35 @@
-"""A ``Loop`` whose condition is only known at run time, under a trip count known at compile
-time: guarded calls of one private body function.
+"""A ``Loop`` whose condition is only known at run time: guarded calls of private body
+functions, for as many iterations as can run.
 
-``for i in range(M): if not cond: break; cond, x = body(i, cond, x)`` with M fixed (a model's
-``for step in range(10)`` with a data-dependent ``break``) becomes M ``call_if`` instructions::
+``for i in range(M): if not cond: break; cond, x = body(i, cond, x)`` (a model's ``for step in
+range(10)`` with a data-dependent ``break``) becomes one ``call_if`` per iteration::
 
     cond, x = call_if(cond, main_loop0_body, main_loop0_skip, (i, cond, x, captures...))
 
-where ``main_loop0_body`` is the ONNX body imported once as a private graph function (its
+where ``main_loop0_body`` is the ONNX body imported as a private graph function (its
 parameters: the iteration number, the condition, the loop-carried values, then the outer values
 it uses, as an ``If`` branch captures them) and ``main_loop0_skip`` returns ``(false, x...)``
 unchanged. The VM runs them with its IF instruction, so the iterations the condition stops are
-not computed. Loop-carried values must keep their dtype and shape from one iteration to the
-next (both branches return the same types), and the loop has no scan outputs (their length
-would be a run-time value).
+not computed.
+
+How many iterations: at most M, and fewer when the condition becomes false for a reason known
+at import time. Iteration k only runs when every earlier body ran, so a loop-carried value that
+the bodies compute from constants (the iteration counter the TorchScript exporter carries, with
+M = INT64_MAX and ``cond = keep_going and counter < 10``) is known inside each body: the body
+is specialised on it (one function per iteration then; otherwise one function serves them all),
+and when the condition it returns is provably false (``x and false``) no further iteration is
+emitted. Loop-carried values must keep their dtype and shape from one iteration to the next
+(both branches return the same types), and the loop has no scan outputs (their length would be
+a run-time value).
 """
 from __future__ import annotations
 
-from typing import List, Tuple
+from typing import List, Optional
 
 import numpy as np
 
 from ...ir.analysis import expr_equal
-from ...ir.graph import (Constant, Function, GraphExpr, GraphVar, TensorType, Tuple as GraphTuple,
+from ...ir.graph import (Call, Constant, Function, GraphExpr, GraphVar, TensorType, Tuple as GraphTuple,
                          TupleGetItem, TupleType, call_if)
 from ...ir.graph_builder import FunctionBuilder
 from ...transform.graph_util import use_counts
@@ -29,6 +37,9 @@ from .common import Ctx, ONNXImportError, Unsupported, fmt_shape
 from .control_flow import _CaptureEnv, _convert_graph
 
 _BOOL = TensorType((), "bool")
+# The most guarded iterations emitted for a loop whose trip count does not bound it (M absent or
+# huge): past this the condition must become provably false, or the loop is refused.
+MAX_GUARDED = 256
 
 
 def _scalar_condition(ctx: Ctx, c: GraphExpr) -> GraphExpr:
@@ -45,9 +56,34 @@ def _same_type(a, b) -> bool:
             and len(a.shape) == len(b.shape) and all(expr_equal(x, y) for x, y in zip(a.shape, b.shape)))
 
 
-def _body_function(ctx: Ctx, g, types: List[TensorType]) -> Tuple[Function, list]:
+def known_bool(ctx: Ctx, e: GraphExpr) -> Optional[bool]:
+    """``e``'s truth when the import can tell: a constant, or ``a and b`` with one side known
+    false, ``a or b`` with one side known true, ``not a``, a reshape of one of them."""
+    v = ctx.value(e)
+    if v is not None:
+        return bool(np.asarray(v).reshape(-1)[0])
+    producers = {b.var: b.value for b in ctx.fb._current or ()}  # this dataflow block, so far
+    call = producers.get(e) if isinstance(e, GraphVar) else None
+    if not isinstance(call, Call):
+        return None
+    if call.op == "logical_and" and any(known_bool(ctx, a) is False for a in call.args):
+        return False
+    if call.op == "logical_or" and any(known_bool(ctx, a) is True for a in call.args):
+        return True
+    if call.op == "logical_not":
+        inner = known_bool(ctx, call.args[0])
+        return None if inner is None else not inner
+    if call.op in ("reshape", "squeeze", "expand_dims"):
+        return known_bool(ctx, call.args[0])
+    return None
+
+
+def _body_function(ctx: Ctx, g, types: List[TensorType], known: list, i: Optional[int]):
     """ONNX body graph ``g`` as a private function of (iteration, condition, carried...,
-    captures...) returning (condition, carried...); also the outer values of the captures."""
+    captures...) returning (condition, carried...), with the carried values whose ``known``
+    entry is not None (and the iteration number, unless ``i`` is None) fixed to those values.
+    Returns the function, the outer values of its captures, whether the condition it returns
+    is known false, and the carried values it returns that are known."""
     from .sequence import is_container
     fb = FunctionBuilder((), attrs={"private": True})
     bctx = Ctx(fb, ctx.known, ctx.opset)
@@ -57,8 +93,9 @@ def _body_function(ctx: Ctx, g, types: List[TensorType]) -> Tuple[Function, list
     bctx.env = env
     formal_types = [TensorType((), "int64"), _BOOL] + list(types)
     formals = [GraphVar(vi.name, t) for vi, t in zip(g.input, formal_types)]
-    for vi, f in zip(g.input, formals):
-        env[vi.name] = f
+    fixed = [None if i is None else np.asarray(i, np.int64), None] + list(known)
+    for vi, f, value in zip(g.input, formals, fixed):
+        env[vi.name] = f if value is None else Constant(value)
     with fb.dataflow():
         try:
             outs = _convert_graph(bctx, g, env)
@@ -69,13 +106,15 @@ def _body_function(ctx: Ctx, g, types: List[TensorType]) -> Tuple[Function, list
             raise Unsupported("a loop-carried sequence or optional under a condition known only at "
                               "run time is not supported")
         outs[0] = _scalar_condition(bctx, outs[0])
+        stops = known_bool(bctx, outs[0]) is False
         for k, (o, t) in enumerate(zip(outs[1:], types)):
             if not _same_type(o.ty, t):
                 raise Unsupported(
                     f"loop-carried value {k} goes in as {t.dtype}{fmt_shape(t.shape)} and comes out as "
                     f"{o.ty.dtype}{fmt_shape(o.ty.shape)}: under a condition known only at run time, "
-                    f"Kiln calls one compiled body per iteration, so the carried values must keep "
+                    f"Kiln calls a compiled body per iteration, so the carried values must keep "
                     f"their shapes (or fix the inputs the condition depends on with const_inputs)")
+        known_out = [bctx.value(o) for o in outs[1:]]
         final = [o if isinstance(o, Constant) else fb.emit_output(o) for o in outs]
     fb.params = tuple(formals)
     func = fb.finish(GraphTuple(tuple(final)))
@@ -83,7 +122,7 @@ def _body_function(ctx: Ctx, g, types: List[TensorType]) -> Tuple[Function, list
     uses = use_counts(func)
     captures = [(p, e) for p, e in env.captures.values() if uses[p]]
     func = Function(tuple(formals) + tuple(p for p, _ in captures), func.blocks, func.body, func.attrs)
-    return func, [e for _, e in captures]
+    return func, [e for _, e in captures], stops, known_out
 
 
 def _skip_function(params, n_carried: int) -> Function:
@@ -96,31 +135,50 @@ def _skip_function(params, n_carried: int) -> Function:
     return fb.finish(GraphTuple(tuple(outs)))
 
 
-def guarded_iterations(ctx: Ctx, g, cond: GraphExpr, carried: list, start: int, trip: int,
-                       behind=None) -> list:
-    """Iterations ``start .. trip - 1`` of a Loop with body ``g``, each run only while the
-    run-time condition ``cond`` holds; returns the loop-carried values after them. ``behind``
-    names the graph input the condition depends on (the one to fix when this cannot work)."""
+def guarded_iterations(ctx: Ctx, g, cond: GraphExpr, carried: list, start: int,
+                       trip: Optional[int], behind=None) -> list:
+    """Iterations ``start, start + 1, ...`` (below ``trip``; None: no trip count) of a Loop with
+    body ``g``, each run only while the run-time condition ``cond`` holds; returns the
+    loop-carried values after them. ``behind`` names the graph input the condition depends on
+    (the one to fix when this cannot work)."""
     types = [c.ty for c in carried]
     cond = _scalar_condition(ctx, cond)
-    try:
-        body_f, outer = _body_function(ctx, g, types)
-    except Unsupported as e:
-        raise Unsupported(str(e), needs_constant=e.needs_constant or behind) from None
-    skip_f = _skip_function(body_f.params, len(types))
-    k = sum(1 for n in ctx.functions if n.startswith(f"{ctx.func_name}_loop") and n.endswith("_body"))
-    names = f"{ctx.func_name}_loop{k}_body", f"{ctx.func_name}_loop{k}_skip"
-    ctx.functions[names[0]], ctx.functions[names[1]] = body_f, skip_f
-    for a in outer:
-        if isinstance(a, GraphVar):
-            ctx.used.add(a)
+    known = [ctx.value(c) for c in carried]
+    end = start + MAX_GUARDED if trip is None or trip - start > MAX_GUARDED else trip
+    k = 0
+    while any(n.startswith(f"{ctx.func_name}_loop{k}_") for n in ctx.functions):
+        k += 1
+    base, shared = f"{ctx.func_name}_loop{k}", None
     ty = TupleType((_BOOL,) + tuple(types))
-    for i in range(start, trip):
-        for a in [cond] + carried:
+    i, stopped = start, False
+    while i < end and not stopped:
+        specialised = any(v is not None for v in known)
+        if specialised or shared is None:
+            try:
+                # the iteration number is fixed only in a body specialised anyway
+                made = _body_function(ctx, g, types, known, i if specialised else None)
+            except Unsupported as e:
+                raise Unsupported(str(e), needs_constant=e.needs_constant or behind) from None
+            name = f"{base}_body{i}" if specialised else f"{base}_body"
+            ctx.functions[name] = made[0]
+            ctx.functions[f"{name}_skip"] = _skip_function(made[0].params, len(types))
+            if not specialised:
+                shared = made
+        else:
+            made, name = shared, f"{base}_body"
+        _, outer, stopped, known = made
+        for a in [cond] + carried + outer:
             if isinstance(a, GraphVar):
                 ctx.used.add(a)
         args = [Constant(np.asarray(i, np.int64)), cond] + carried + outer
-        v = ctx.fb.emit(call_if(cond, names[0], names[1], args, ty))
+        v = ctx.fb.emit(call_if(cond, name, f"{name}_skip", args, ty))
         cond = ctx.fb.emit(TupleGetItem(v, 0))
         carried = [ctx.fb.emit(TupleGetItem(v, 1 + j)) for j in range(len(types))]
+        i += 1
+    if not stopped and (trip is None or i < trip):
+        raise Unsupported(f"the condition is only known at run time and the loop is not bounded: "
+                          f"after {MAX_GUARDED} iterations it is not provably false, and the trip "
+                          f"count is {'absent' if trip is None else trip} (fix the graph input the "
+                          f"condition depends on with from_onnx(..., const_inputs={{name: value}}))",
+                          needs_constant=behind)
     return carried
