@@ -163,8 +163,8 @@ def from_onnx(model, shape_dict: Optional[Dict[str, tuple]] = None, name: str = 
                 ctx.used.update(x for x in getattr(e, "fields", (e,)) if isinstance(x, GraphVar) and x in known)
                 outs.append(e)
                 continue
-            if ctx.is_symbolic(e):
-                from .materialize import materialize  # a shape returned: computed at run time
+            if ctx.is_symbolic(e):      # a shape returned: computed at run time
+                from .materialize import materialize
                 e = materialize(ctx, e)
             if isinstance(e, GraphVar) and e in known:
                 ctx.used.add(e)
