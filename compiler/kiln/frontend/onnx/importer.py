@@ -152,19 +152,18 @@ def from_onnx(model, shape_dict: Optional[Dict[str, tuple]] = None, name: str = 
     with fb.dataflow():
         for idx, node in enumerate(graph.node):
             _convert_node(ctx, node, idx, env, opset)
+        from .materialize import materialize  # shapes returned are computed at run time
         for vo in graph.output:
             if vo.name not in env:
                 raise ONNXImportError(f"graph output {vo.name!r} is produced by no node, input or "
                                       "initializer")
             e = env[vo.name]
             if sequence.is_container(e):  # a tuple of the elements (sequence.py)
-                from .materialize import materialize  # an element that is a shape: computed at run time
                 e = sequence.output_expr(e, lambda x: materialize(ctx, x) if ctx.is_symbolic(x) else x)
                 ctx.used.update(x for x in getattr(e, "fields", (e,)) if isinstance(x, GraphVar) and x in known)
                 outs.append(e)
                 continue
             if ctx.is_symbolic(e):      # a shape returned: computed at run time
-                from .materialize import materialize
                 e = materialize(ctx, e)
             if isinstance(e, GraphVar) and e in known:
                 ctx.used.add(e)
