@@ -2,7 +2,8 @@
 
 A small CNN with a dynamic batch (torch.export.Dim), imported with its weights, compiled with
 the "default" pipeline, run at two batch sizes and checked against PyTorch; then saved with
-torch.export.save and compiled the way ``kiln compile model.pt2`` does.
+kiln.frontend.torch.save (torch.export.save keeping the Dim's name) and compiled the way
+``kiln compile model.pt2`` does.
 """
 import numpy as np
 import torch
@@ -44,8 +45,9 @@ for n in (1, 5):                          # one compiled artifact, any batch up 
     print(f"batch {n}: output {y.shape}, max |kiln - torch| = {np.abs(y - want).max():.2e}")
 
 # The same through a file, as `kiln compile small_cnn.pt2 -o small_cnn.so` does:
-torch.export.save(ep, "small_cnn.pt2")
+kiln.frontend.torch.save(ep, "small_cnn.pt2")
 mod2, params2 = kiln.frontend.torch.load("small_cnn.pt2")
+assert str(mod2["main"].params[0].ty.shape[0]) == "batch"      # the Dim's name survives the file
 ex2 = kiln.compile(kiln.get_pipeline("default")(kiln.transform.bind_params("main", params2)(mod2)), "llvm")
 ex2.export_library("small_cnn.so")
 print("wrote small_cnn.so")
