@@ -7,26 +7,19 @@
  * read values it has already overwritten (its kernels assume distinct buffers). */
 #include "internal.h"
 
-static void byte_range(const DLTensor* t, uintptr_t* lo, uintptr_t* hi) {
-  uint64_t n = (uint64_t)(t->dtype.bits * t->dtype.lanes + 7) / 8;
-  for (int32_t d = 0; d < t->ndim; ++d) n *= (uint64_t)t->shape[d];
-  *lo = (uintptr_t)t->data + (uintptr_t)t->byte_offset;
-  *hi = *lo + (uintptr_t)n;
-}
-
 kiln_status_t kiln_check_written_args(const kiln_kernel_info_t* k, const kiln_value_t* args,
                                       int32_t num_args) {
   for (int32_t i = 0; i < num_args; ++i) {
     if (!(k->params[i].flags & KILN_PARAM_WRITTEN)) continue;
     const DLTensor* w = kiln_tensor_dltensor(args[i].u.tensor);
     uintptr_t lo_w, hi_w;
-    byte_range(w, &lo_w, &hi_w);
+    kiln_byte_range(w, &lo_w, &hi_w);
     if (lo_w == hi_w) continue; /* empty */
     for (int32_t j = 0; j < num_args; ++j) {
       if (j == i) continue;
       const DLTensor* t = kiln_tensor_dltensor(args[j].u.tensor);
       uintptr_t lo, hi;
-      byte_range(t, &lo, &hi);
+      kiln_byte_range(t, &lo, &hi);
       if (lo < hi && lo < hi_w && lo_w < hi)
         return kiln_error(KILN_ERR_INVALID_ARGUMENT,
                           "%s: argument %d '%s' is updated in place and shares memory with argument "

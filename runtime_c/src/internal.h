@@ -80,6 +80,9 @@ void kiln_format_shape(char* buf, size_t cap, const int64_t* shape, int32_t ndim
  * must not share memory with any other argument. Call after kiln_kernel_check_args. */
 kiln_status_t kiln_check_written_args(const kiln_kernel_info_t* k, const kiln_value_t* args,
                                       int32_t num_args);
+/* The byte range [*lo, *hi) a compact tensor's elements occupy, sub-byte ones packed
+ * (library.c; the overlap checks of kernel and in-place arguments). */
+void kiln_byte_range(const DLTensor* t, uintptr_t* lo, uintptr_t* hi);
 
 /* ---- derived dimensions (derived.c) --------------------------------------------------------- */
 

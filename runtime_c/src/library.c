@@ -231,8 +231,7 @@ static kiln_status_t check_argument(const kiln_kernel_info_t* k, int32_t i, cons
   return KILN_OK;
 }
 
-/* The byte range [*lo, *hi) that a compact tensor's elements occupy (sub-byte ones packed). */
-static void byte_range(const DLTensor* t, uintptr_t* lo, uintptr_t* hi) {
+void kiln_byte_range(const DLTensor* t, uintptr_t* lo, uintptr_t* hi) {
   uint64_t n = (uint64_t)t->dtype.bits * t->dtype.lanes;
   for (int32_t d = 0; d < t->ndim; ++d) n *= (uint64_t)t->shape[d];
   *lo = (uintptr_t)t->data + (uintptr_t)t->byte_offset;
@@ -247,12 +246,12 @@ static kiln_status_t check_no_overlap(const kiln_kernel_info_t* k, DLTensor* con
   for (int32_t i = 0; i < n; ++i) {
     if (is_empty(tensors[i])) continue;
     uintptr_t lo_i, hi_i;
-    byte_range(tensors[i], &lo_i, &hi_i);
+    kiln_byte_range(tensors[i], &lo_i, &hi_i);
     for (int32_t j = i + 1; j < n; ++j) {
       if (is_empty(tensors[j])) continue;
       if (!((k->params[i].flags | k->params[j].flags) & KILN_PARAM_WRITTEN)) continue;
       uintptr_t lo_j, hi_j;
-      byte_range(tensors[j], &lo_j, &hi_j);
+      kiln_byte_range(tensors[j], &lo_j, &hi_j);
       if (lo_i < hi_j && lo_j < hi_i)
         return kiln_error(KILN_ERR_INVALID_ARGUMENT,
                           "%s: arguments %d '%s' and %d '%s' share memory, and the kernel writes "
