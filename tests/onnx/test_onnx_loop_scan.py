@@ -275,3 +275,42 @@ def test_long_scan_compiles():
     want = s0 + np.cumsum(x, axis=0, dtype=np.float64)
     np.testing.assert_allclose(ys, want, rtol=1e-4, atol=1e-4)
     np.testing.assert_allclose(s, want[-1], rtol=1e-4, atol=1e-4)
+
+
+def test_torch_scripted_loop_over_a_dynamic_dim():
+    """``for t in range(x.size(0))`` with x's first dim dynamic (T): the trip count is a
+    symbolic dim, so the loop runs as guarded IF calls while ``t < T``, up to 256 iterations,
+    which the runtime enforces (T = 300 is refused by name). One executable, three lengths."""
+    torch = pytest.importorskip("torch")
+
+    class Recurrence(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.cell = torch.nn.Linear(16, 8)
+
+        def forward(self, x):
+            h_ = torch.zeros(x.size(1), 8)
+            for t in range(x.size(0)):
+                h_ = torch.tanh(self.cell(torch.cat([x[t], h_], 1)))
+            return h_
+
+    import io
+    import warnings
+    torch.manual_seed(0)
+    buf = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(torch.jit.script(Recurrence()), (torch.randn(5, 2, 8),), buf, dynamo=False,
+                          input_names=["x"], output_names=["y"], opset_version=17,
+                          dynamic_axes={"x": {0: "T"}})
+    model = onnx.load_from_string(buf.getvalue())
+    assert [n.op_type for n in model.graph.node].count("Loop") == 1
+    mod, params = from_onnx(model)
+    mod = kiln.transform.bind_params("main", params)(mod)
+    vm = kiln.VirtualMachine(kiln.compile(kiln.get_pipeline("default")(mod), "llvm"), kiln.cpu())
+    for steps in (1, 3, 17):
+        x = RNG.standard_normal((steps, 2, 8)).astype(np.float32)
+        (want,) = _run_ort(model, {"x": x})
+        np.testing.assert_allclose(np.asarray(vm["main"](x).numpy()), want, rtol=1e-5, atol=1e-6)
+    with pytest.raises(kiln.KilnError, match="'T' = 300 exceeds its bound 256"):
+        vm["main"](np.zeros((300, 2, 8), np.float32))

@@ -10,8 +10,10 @@ iteration into the enclosing function (its nodes inlined, as a constant-conditio
 loop-carried values threaded from one copy to the next and scan outputs stacked. A condition
 that becomes a run-time value (a data-dependent ``break``) continues as guarded calls of
 private body functions, while the trip count or a provably false condition bounds the loop
-(``loop_guarded.py``). A trip count or condition that must be known but is not is an error
-naming the graph input to fix (``needs_constant``), so that the ONNX backend specialises on it.
+(``loop_guarded.py``); so does a trip count that is a symbolic dim (a loop over a dynamic
+axis), up to MAX_GUARDED iterations, a limit the runtime checks. A trip count or condition that
+must be known but is not is an error naming the graph input to fix (``needs_constant``), so
+that the ONNX backend specialises on it.
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ import numpy as np
 from ...ir.graph import Constant, GraphExpr, GraphVar
 from .common import Ctx, Unsupported, converter, ndim, norm_axis
 from .control_flow import _ScopedEnv, _convert_graph
-from .loop_guarded import guarded_iterations, known_bool
+from .loop_guarded import MAX_GUARDED, guarded_iterations, known_bool
 from .sequence import is_container
 
 # An unrolled loop past this many iterations is refused: each iteration is a copy of the body.
@@ -129,6 +131,9 @@ def loop(ctx, node, ins, attrs):
     if n_scan < 0:
         raise Unsupported(f"the body has {len(body.output)} outputs, fewer than 1 + {n_carried} "
                           "loop-carried values")
+    if m_in is not None and ctx.value(m_in) is None and ctx.is_symbolic(m_in):
+        # a symbolic dim (for t in range(x.size(0))): guarded iterations up to a bound
+        return _loop_over_symbolic_dim(ctx, body, m_in, c_in, carried, n_scan)
     trip = None if m_in is None else int(_need(ctx, m_in, "the trip count M").reshape(-1)[0])
     if trip is None and c_in is None:
         raise Unsupported("neither a trip count nor a condition: the loop never ends")
@@ -164,6 +169,28 @@ def loop(ctx, node, ins, attrs):
             raise Unsupported(f"scan output {k} is not a tensor")
         stacked.append(_stack(ctx, rows, 0))
     return carried + stacked
+
+
+def _loop_over_symbolic_dim(ctx: Ctx, body, m_in, c_in, carried: list, n_scan: int) -> list:
+    """A Loop whose trip count M is an expression of symbolic dims: MAX_GUARDED guarded
+    iterations, each run while ``cond and i < M`` holds at run time, and the limit
+    ``M <= MAX_GUARDED`` recorded for the runtime to check (an input past it is refused by name,
+    never computed short)."""
+    from .materialize import materialize
+    m = ctx.sym[m_in].reshape(-1)[0]
+    if n_scan or any(is_container(c) for c in carried):
+        raise Unsupported(f"the trip count is the symbolic {m}, so the loop's scan outputs (or "
+                          "sequences) would have a run-time length; pin the input shapes with "
+                          "from_onnx(..., shape_dict=...)")
+    if getattr(ctx, "inputs", None) is None:
+        raise Unsupported(f"the trip count is the symbolic {m} inside an If branch or a loop body; "
+                          "pin the input shapes with from_onnx(..., shape_dict=...)")
+    key = str(m)
+    old = ctx.limits.get(key)
+    ctx.limits[key] = (m, min(old[1], MAX_GUARDED) if old else MAX_GUARDED)
+    cond = Constant(np.asarray(True)) if c_in is None else c_in
+    return guarded_iterations(ctx, body, cond, carried, 0, MAX_GUARDED, _input_behind(ctx, cond),
+                              bound=materialize(ctx, m_in))
 
 
 def _scan_slices(ctx: Ctx, x: GraphExpr, axis: int, reverse: bool, what: str) -> List[GraphExpr]:

@@ -136,13 +136,15 @@ def _skip_function(params, n_carried: int) -> Function:
 
 
 def guarded_iterations(ctx: Ctx, g, cond: GraphExpr, carried: list, start: int,
-                       trip: Optional[int], behind=None) -> list:
+                       trip: Optional[int], behind=None, bound: Optional[GraphExpr] = None) -> list:
     """Iterations ``start, start + 1, ...`` (below ``trip``; None: no trip count) of a Loop with
-    body ``g``, each run only while the run-time condition ``cond`` holds; returns the
-    loop-carried values after them. ``behind`` names the graph input the condition depends on
-    (the one to fix when this cannot work)."""
+    body ``g``, each run only while the run-time condition ``cond`` holds (and ``i < bound``,
+    a run-time trip count, when given); returns the loop-carried values after them. ``behind``
+    names the graph input the condition depends on (the one to fix when this cannot work)."""
     types = [c.ty for c in carried]
     cond = _scalar_condition(ctx, cond)
+    if bound is not None and len(bound.ty.shape) != 0:
+        bound = ctx.op("reshape", bound, shape=())
     known = [ctx.value(c) for c in carried]
     end = start + MAX_GUARDED if trip is None or trip - start > MAX_GUARDED else trip
     k = 0
@@ -171,11 +173,13 @@ def guarded_iterations(ctx: Ctx, g, cond: GraphExpr, carried: list, start: int,
             if isinstance(a, GraphVar):
                 ctx.used.add(a)
         args = [Constant(np.asarray(i, np.int64)), cond] + carried + outer
-        v = ctx.fb.emit(call_if(cond, name, f"{name}_skip", args, ty))
+        guard = cond if bound is None else \
+            ctx.op("logical_and", cond, ctx.op("less", Constant(np.asarray(i, np.int64)), bound))
+        v = ctx.fb.emit(call_if(guard, name, f"{name}_skip", args, ty))
         cond = ctx.fb.emit(TupleGetItem(v, 0))
         carried = [ctx.fb.emit(TupleGetItem(v, 1 + j)) for j in range(len(types))]
         i += 1
-    if not stopped and (trip is None or i < trip):
+    if not stopped and bound is None and (trip is None or i < trip):
         raise Unsupported(f"the condition is only known at run time and the loop is not bounded: "
                           f"after {MAX_GUARDED} iterations it is not provably false, and the trip "
                           f"count is {'absent' if trip is None else trip} (fix the graph input the "
