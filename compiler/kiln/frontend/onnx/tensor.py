@@ -372,9 +372,18 @@ def pad(ctx, node, ins, attrs):
 @converter("Trilu")
 def trilu(ctx, node, ins, attrs):
     x = ins[0]
-    k = 0
+    # k only moves the diagonal, never the output's shape: one known at import is folded into
+    # the mask, one given at run time is compared with the constant j - i in the kernel
+    k = ctx.const(np.int64(0))
     if len(ins) > 1 and ins[1] is not None:
-        k = int(np.asarray(ctx.need_value(ins[1], "k")).reshape(-1)[0])
+        known = ctx.value(ins[1])
+        if known is not None:
+            k = ctx.const(np.int64(np.asarray(known).reshape(-1)[0]))
+        elif ctx.is_symbolic(ins[1]):
+            k = ctx.need_value(ins[1], "k")  # a symbolic value: the error says what to fix
+        else:
+            k = ctx.op("reshape", ctx.op("cast", ins[1], dtype="int64"), shape=())
+    cmp = "greater_equal" if attrs.get("upper", 1) else "less_equal"
     r, c = x.ty.shape[-2], x.ty.shape[-1]
     zero = ctx.const(np.zeros((), dtype=np.dtype(dtype(x)) if dtype(x) != "bool" else np.bool_))
     if not (isinstance(r, IntImm) and isinstance(c, IntImm)):
@@ -384,14 +393,10 @@ def trilu(ctx, node, ins, attrs):
         i = ctx.emit("arange", *w, start=0, step=1, length=r, dtype="int64")
         j = ctx.emit("arange", *w, start=0, step=1, length=c, dtype="int64")
         d = ctx.op("subtract", ctx.op("expand_dims", j, axis=0), ctx.op("expand_dims", i, axis=1))
-        mask = ctx.op("greater_equal" if attrs.get("upper", 1) else "less_equal", d, ctx.const(np.int64(k)))
-        return ctx.op("where", mask, x, zero)
+        return ctx.op("where", ctx.op(cmp, d, k), x, zero)
     shp = static_shape(x)
-    r, c = shp[-2], shp[-1]
-    i = np.arange(r)[:, None]
-    j = np.arange(c)[None, :]
-    mask = (j - i >= k) if attrs.get("upper", 1) else (j - i <= k)
-    return ctx.op("where", ctx.const(mask), x, zero)
+    d = np.arange(shp[-1])[None, :] - np.arange(shp[-2])[:, None]
+    return ctx.op("where", ctx.op(cmp, ctx.const(d.astype(np.int64)), k), x, zero)
 
 
 @converter("TopK")
