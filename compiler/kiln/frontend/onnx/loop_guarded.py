@@ -78,12 +78,15 @@ def known_bool(ctx: Ctx, e: GraphExpr) -> Optional[bool]:
     return None
 
 
-def _body_function(ctx: Ctx, g, types: List[TensorType], known: list, i: Optional[int]):
+def _body_function(ctx: Ctx, g, types: List[TensorType], known: list, i: Optional[int],
+                   bounded: bool = False):
     """ONNX body graph ``g`` as a private function of (iteration, condition, carried...,
     captures...) returning (condition, carried...), with the carried values whose ``known``
     entry is not None (and the iteration number, unless ``i`` is None) fixed to those values.
-    Returns the function, the outer values of its captures, whether the condition it returns
-    is known false, and the carried values it returns that are known."""
+    With ``bounded``, a run-time trip count follows the carried values as a parameter and the
+    returned condition also requires ``i + 1 < trip count``, so that a later iteration is skipped
+    by its IF alone. Returns the function, the outer values of its captures, whether the
+    condition it returns is known false, and the carried values it returns that are known."""
     from .sequence import is_container
     fb = FunctionBuilder((), attrs={"private": True})
     bctx = Ctx(fb, ctx.known, ctx.opset)
@@ -93,6 +96,7 @@ def _body_function(ctx: Ctx, g, types: List[TensorType], known: list, i: Optiona
     bctx.env = env
     formal_types = [TensorType((), "int64"), _BOOL] + list(types)
     formals = [GraphVar(vi.name, t) for vi, t in zip(g.input, formal_types)]
+    trip_count = GraphVar("loop_trip_count", TensorType((), "int64")) if bounded else None
     fixed = [None if i is None else np.asarray(i, np.int64), None] + list(known)
     for vi, f, value in zip(g.input, formals, fixed):
         env[vi.name] = f if value is None else Constant(value)
@@ -106,6 +110,10 @@ def _body_function(ctx: Ctx, g, types: List[TensorType], known: list, i: Optiona
             raise Unsupported("a loop-carried sequence or optional under a condition known only at "
                               "run time is not supported")
         outs[0] = _scalar_condition(bctx, outs[0])
+        if bounded:
+            nxt = Constant(np.asarray(i + 1, np.int64)) if i is not None else \
+                bctx.op("add", formals[0], Constant(np.asarray(1, np.int64)))
+            outs[0] = bctx.op("logical_and", outs[0], bctx.op("less", nxt, trip_count))
         stops = known_bool(bctx, outs[0]) is False
         for k, (o, t) in enumerate(zip(outs[1:], types)):
             if not _same_type(o.ty, t):
@@ -121,7 +129,8 @@ def _body_function(ctx: Ctx, g, types: List[TensorType], known: list, i: Optiona
     # the outer values the body uses at run time (one used only to fold shapes is not passed)
     uses = use_counts(func)
     captures = [(p, e) for p, e in env.captures.values() if uses[p]]
-    func = Function(tuple(formals) + tuple(p for p, _ in captures), func.blocks, func.body, func.attrs)
+    func = Function(tuple(formals) + ((trip_count,) if bounded else ()) + tuple(p for p, _ in captures),
+                    func.blocks, func.body, func.attrs)
     return func, [e for _, e in captures], stops, known_out
 
 
@@ -143,8 +152,11 @@ def guarded_iterations(ctx: Ctx, g, cond: GraphExpr, carried: list, start: int,
     names the graph input the condition depends on (the one to fix when this cannot work)."""
     types = [c.ty for c in carried]
     cond = _scalar_condition(ctx, cond)
-    if bound is not None and len(bound.ty.shape) != 0:
-        bound = ctx.op("reshape", bound, shape=())
+    if bound is not None:
+        if len(bound.ty.shape) != 0:
+            bound = ctx.op("reshape", bound, shape=())
+        # the first iteration's guard; each body returns the next one's (see _body_function)
+        cond = ctx.op("logical_and", cond, ctx.op("less", Constant(np.asarray(start, np.int64)), bound))
     known = [ctx.value(c) for c in carried]
     end = start + MAX_GUARDED if trip is None or trip - start > MAX_GUARDED else trip
     k = 0
@@ -158,7 +170,7 @@ def guarded_iterations(ctx: Ctx, g, cond: GraphExpr, carried: list, start: int,
         if specialised or shared is None:
             try:
                 # the iteration number is fixed only in a body specialised anyway
-                made = _body_function(ctx, g, types, known, i if specialised else None)
+                made = _body_function(ctx, g, types, known, i if specialised else None, bound is not None)
             except Unsupported as e:
                 raise Unsupported(str(e), needs_constant=e.needs_constant or behind) from None
             name = f"{base}_body{i}" if specialised else f"{base}_body"
@@ -169,13 +181,11 @@ def guarded_iterations(ctx: Ctx, g, cond: GraphExpr, carried: list, start: int,
         else:
             made, name = shared, f"{base}_body"
         _, outer, stopped, known = made
-        for a in [cond] + carried + outer:
+        for a in [cond] + carried + outer + ([bound] if bound is not None else []):
             if isinstance(a, GraphVar):
                 ctx.used.add(a)
-        args = [Constant(np.asarray(i, np.int64)), cond] + carried + outer
-        guard = cond if bound is None else \
-            ctx.op("logical_and", cond, ctx.op("less", Constant(np.asarray(i, np.int64)), bound))
-        v = ctx.fb.emit(call_if(guard, name, f"{name}_skip", args, ty))
+        args = [Constant(np.asarray(i, np.int64)), cond] + carried + ([bound] if bound is not None else []) + outer
+        v = ctx.fb.emit(call_if(cond, name, f"{name}_skip", args, ty))
         cond = ctx.fb.emit(TupleGetItem(v, 0))
         carried = [ctx.fb.emit(TupleGetItem(v, 1 + j)) for j in range(len(types))]
         i += 1
