@@ -18,9 +18,11 @@ the bodies compute from constants (the iteration counter the TorchScript exporte
 M = INT64_MAX and ``cond = keep_going and counter < 10``) is known inside each body: the body
 is specialised on it (one function per iteration then; otherwise one function serves them all),
 and when the condition it returns is provably false (``x and false``) no further iteration is
-emitted. Loop-carried values must keep their dtype and shape from one iteration to the next
-(both branches return the same types), and the loop has no scan outputs (their length would be
-a run-time value).
+emitted. A trip count known only at run time as a symbolic dim (loop.py bounds it) runs one
+body for all iterations, BLOCK of them per private block function, so that the iterations past
+the end cost one skipped IF per block. Loop-carried values must keep their dtype and shape
+from one iteration to the next (both branches return the same types), and the loop has no scan
+outputs (their length would be a run-time value).
 """
 from __future__ import annotations
 
@@ -144,6 +146,40 @@ def _skip_function(params, n_carried: int) -> Function:
     return fb.finish(GraphTuple(tuple(outs)))
 
 
+# Iterations per block of a loop bounded at run time: a block is skipped by one IF once the
+# condition is false, so a short run of a long bound costs about bound / BLOCK skipped IFs.
+BLOCK = 16
+
+
+def _blocks(ctx: Ctx, base: str, ty: TupleType, args: list, start: int, end: int) -> list:
+    """Iterations ``start .. end - 1`` of body ``{base}_body`` (see guarded_iterations), BLOCK
+    to a private block function that IF calls while the condition holds; ``args`` are (cond,
+    carried..., trip count, captures...). Returns the carried values after them."""
+    n = len(ty.fields) - 1
+    sig = [TensorType((), "int64")] + [a.ty for a in args]  # (first iteration, cond, carried, ...)
+    outer_args = list(args)
+    for b0 in range(start, end, BLOCK):
+        fb = FunctionBuilder((), attrs={"private": True})
+        ps = [GraphVar(f"p{k}", t) for k, t in enumerate(sig)]
+        with fb.dataflow():
+            c, cs, rest = ps[1], ps[2:2 + n], ps[2 + n:]
+            for i in range(b0, min(b0 + BLOCK, end)):
+                v = fb.emit(call_if(c, f"{base}_body", f"{base}_body_skip",
+                                    [Constant(np.asarray(i, np.int64)), c] + cs + rest, ty))
+                c = fb.emit(TupleGetItem(v, 0))
+                cs = [fb.emit(TupleGetItem(v, 1 + j)) for j in range(n)]
+            outs = [fb.emit_output(x) for x in [c] + cs]
+        fb.params = tuple(ps)
+        name = f"{base}_block{b0}"
+        ctx.functions[name] = fb.finish(GraphTuple(tuple(outs)))
+        if f"{base}_block_skip" not in ctx.functions:
+            ctx.functions[f"{base}_block_skip"] = _skip_function(tuple(ps), n)
+        v = ctx.fb.emit(call_if(outer_args[0], name, f"{base}_block_skip",
+                                [Constant(np.asarray(b0, np.int64))] + outer_args, ty))
+        outer_args = [ctx.fb.emit(TupleGetItem(v, j)) for j in range(n + 1)] + outer_args[1 + n:]
+    return outer_args[1:1 + n]
+
+
 def guarded_iterations(ctx: Ctx, g, cond: GraphExpr, carried: list, start: int,
                        trip: Optional[int], behind=None, bound: Optional[GraphExpr] = None) -> list:
     """Iterations ``start, start + 1, ...`` (below ``trip``; None: no trip count) of a Loop with
@@ -164,6 +200,18 @@ def guarded_iterations(ctx: Ctx, g, cond: GraphExpr, carried: list, start: int,
         k += 1
     base, shared = f"{ctx.func_name}_loop{k}", None
     ty = TupleType((_BOOL,) + tuple(types))
+    if bound is not None:  # bounded at run time: one body for all, iterations in blocks
+        try:
+            made = _body_function(ctx, g, types, [None] * len(types), None, True)
+        except Unsupported as e:
+            raise Unsupported(str(e), needs_constant=e.needs_constant or behind) from None
+        ctx.functions[f"{base}_body"] = made[0]
+        ctx.functions[f"{base}_body_skip"] = _skip_function(made[0].params, len(types))
+        args = [cond] + carried + [bound] + made[1]
+        for a in args:
+            if isinstance(a, GraphVar):
+                ctx.used.add(a)
+        return _blocks(ctx, base, ty, args, start, end)
     i, stopped = start, False
     while i < end and not stopped:
         specialised = any(v is not None for v in known)
