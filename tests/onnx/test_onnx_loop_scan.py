@@ -314,3 +314,24 @@ def test_torch_scripted_loop_over_a_dynamic_dim():
         np.testing.assert_allclose(np.asarray(vm["main"](x).numpy()), want, rtol=1e-5, atol=1e-6)
     with pytest.raises(kiln.KilnError, match="'T' = 300 exceeds its bound 256"):
         vm["main"](np.zeros((300, 2, 8), np.float32))
+
+
+def test_if_with_sequence_outputs_at_run_time():
+    """A run-time If whose branches both give a sequence of two (4,) tensors: the call_if
+    returns the elements; one executable takes either branch."""
+    seq_t = h.make_sequence_type_proto(h.make_tensor_type_proto(F, [4]))
+    then_g = h.make_graph([h.make_node("SequenceConstruct", ["x", "y"], ["s1"])], "then", [],
+                          [h.make_value_info("s1", seq_t)])
+    else_g = h.make_graph([h.make_node("Add", ["y", "y"], ["yy"]), h.make_node("SequenceConstruct", ["yy", "x"], ["s2"])],
+                          "else", [], [h.make_value_info("s2", seq_t)])
+    model = _model([h.make_node("If", ["c"], ["s"], then_branch=then_g, else_branch=else_g),
+                    h.make_node("ConcatFromSequence", ["s"], ["out"], axis=0, new_axis=1)],
+                   [h.make_tensor_value_info("c", B, []), h.make_tensor_value_info("x", F, [4]),
+                    h.make_tensor_value_info("y", F, [4])], [h.make_tensor_value_info("out", F, None)])
+    mod, params = from_onnx(model)
+    assert any(n.endswith("_then") for n in mod.functions)   # a run-time If, not folded
+    vm = kiln.VirtualMachine(kiln.compile(kiln.get_pipeline("default")(mod), "llvm"), kiln.cpu())
+    x, y = RNG.standard_normal(4).astype(np.float32), RNG.standard_normal(4).astype(np.float32)
+    for c in (True, False):
+        (want,) = _run_ort(model, {"c": np.asarray(c), "x": x, "y": y})
+        np.testing.assert_array_equal(np.asarray(vm["main"](np.asarray(c), x, y).numpy()), want)

@@ -106,8 +106,10 @@ def if_(ctx, node, ins, attrs):
 
 
 def _branch(ctx: Ctx, g, what: str, cond):
-    """Import subgraph ``g`` as a private function; returns (function, outputs, env) where the
-    function's parameters are every outer value the branch captured, in capture order."""
+    """Import subgraph ``g`` as a private function; returns (function, outputs, env, structure)
+    where the function's parameters are every outer value the branch captured, in capture
+    order. A sequence output is returned as its elements (``structure``: per output, None for
+    a tensor or the sequence's (length, dtype))."""
     fb = FunctionBuilder((), attrs={"private": True})
     bctx = Ctx(fb, ctx.known, ctx.opset)
     bctx.sym = ctx.sym
@@ -123,19 +125,28 @@ def _branch(ctx: Ctx, g, what: str, cond):
                 f"for the same input shapes; if this branch does not apply to them, fix the graph inputs "
                 f"the condition depends on with from_onnx(..., const_inputs={{name: value}}))",
                 needs_constant=e.needs_constant) from None
+        from .sequence import SeqValue
+        structure = [(len(e.items), e.dtype) if isinstance(e, SeqValue) else None for e in outs]
+        outs = [x for e in outs for x in (e.items if isinstance(e, SeqValue) else (e,))]
         for e in outs:
             if is_container(e):
-                from .loop import _input_behind
-                raise Unsupported(f"{what} gives a sequence or optional, which Kiln resolves at import "
-                                  "time: the condition must be a constant (fix the graph input it "
-                                  "depends on with from_onnx(..., const_inputs={name: value}))",
-                                  needs_constant=_input_behind(ctx, cond))
+                raise _needs_known_condition(ctx, cond, f"{what} gives an optional")
             if ctx.is_symbolic(e):
                 raise Unsupported(f"{what} output is a shape value computed at import time; it "
                                   "cannot cross a run-time If")
         final = [e if isinstance(e, Constant) else fb.emit_output(e) for e in outs]
+    if not final:
+        raise _needs_known_condition(ctx, cond, f"{what} gives only empty sequences")
     fb.params = tuple(p for p, _ in env.captures.values())
-    return fb.finish(final[0] if len(final) == 1 else GraphTuple(tuple(final))), final, env
+    return fb.finish(final[0] if len(final) == 1 else GraphTuple(tuple(final))), final, env, structure
+
+
+def _needs_known_condition(ctx: Ctx, cond, why: str) -> Unsupported:
+    """The error for a branch Kiln can only import with its condition known."""
+    from .loop import _input_behind
+    return Unsupported(f"{why}, which Kiln resolves at import time: the condition must be a "
+                       "constant (fix the graph input it depends on with from_onnx(..., "
+                       "const_inputs={name: value}))", needs_constant=_input_behind(ctx, cond))
 
 
 def _same_types(node, then_outs, else_outs):
@@ -156,8 +167,11 @@ def _same_types(node, then_outs, else_outs):
 def _runtime_if(ctx: Ctx, node, cond, branches):
     if len(branches[0].output) != len(branches[1].output):
         raise Unsupported("the branches have different numbers of outputs")
-    then_f, then_outs, then_env = _branch(ctx, branches[0], "then branch", cond)
-    else_f, else_outs, else_env = _branch(ctx, branches[1], "else branch", cond)
+    then_f, then_outs, then_env, structure = _branch(ctx, branches[0], "then branch", cond)
+    else_f, else_outs, else_env, else_structure = _branch(ctx, branches[1], "else branch", cond)
+    if structure != else_structure:
+        raise _needs_known_condition(ctx, cond, "the branches give sequences of different lengths "
+                                     f"or dtypes ({structure} and {else_structure})")
     _same_types(node, then_outs, else_outs)
     # Both branches take the same arguments: every outer value either of them uses at run time
     # (a capture used only to fold shapes at import time is not passed).
@@ -179,7 +193,20 @@ def _runtime_if(ctx: Ctx, node, cond, branches):
             ctx.used.add(a)
     ty = then_outs[0].ty if len(then_outs) == 1 else TupleType(tuple(o.ty for o in then_outs))
     var = ctx.fb.emit(call_if(cond, names[0], names[1], args, ty))
-    if len(then_outs) == 1:
-        return var
-    return [ctx.fb.emit(TupleGetItem(var, i)) for i in range(len(then_outs))]
+    flat = [var] if len(then_outs) == 1 else [ctx.fb.emit(TupleGetItem(var, i)) for i in range(len(then_outs))]
+    return _regroup(flat, structure)
+
+
+def _regroup(flat: list, structure: list) -> list:
+    """The If's outputs from its flat results: a sequence output's elements become a SeqValue."""
+    from .sequence import SeqValue
+    out, k = [], 0
+    for st in structure:
+        if st is None:
+            out.append(flat[k])
+            k += 1
+        else:
+            out.append(SeqValue(flat[k:k + st[0]], st[1]))
+            k += st[0]
+    return out[0] if len(out) == 1 else out
 
