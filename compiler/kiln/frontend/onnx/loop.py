@@ -92,10 +92,9 @@ def _stack(ctx: Ctx, rows: List[GraphExpr], axis: int) -> GraphExpr:
     r = ndim(rows[0])
     axis = norm_axis(axis, r + 1)
     if r == 0 or any(not hasattr(d, "value") for d in rows[0].ty.shape[:1]):
-        parts = [ctx.op("expand_dims", x, axis=(axis,)) for x in rows]
-        return parts[0] if len(parts) == 1 else ctx.op("concat", *parts, axis=axis)
+        return _concat(ctx, [ctx.op("expand_dims", x, axis=(axis,)) for x in rows], axis)
     shape = [d.value if hasattr(d, "value") else d for d in rows[0].ty.shape]
-    flat = _concat(ctx, rows)
+    flat = _concat(ctx, rows, 0)
     out = ctx.op("reshape", flat, shape=tuple([len(rows)] + shape))
     if axis:
         perm = list(range(1, axis + 1)) + [0] + list(range(axis + 1, r + 1))
@@ -108,10 +107,10 @@ def _stack(ctx: Ctx, rows: List[GraphExpr], axis: int) -> GraphExpr:
 _CONCAT_FAN_IN = 128
 
 
-def _concat(ctx: Ctx, parts: List[GraphExpr]) -> GraphExpr:
-    """``parts`` concatenated along axis 0, as a tree of concats of at most _CONCAT_FAN_IN."""
+def _concat(ctx: Ctx, parts: List[GraphExpr], axis: int) -> GraphExpr:
+    """``parts`` concatenated along ``axis``, as a tree of concats of at most _CONCAT_FAN_IN."""
     while len(parts) > 1:
-        parts = [p[0] if len(p) == 1 else ctx.op("concat", *p, axis=0)
+        parts = [p[0] if len(p) == 1 else ctx.op("concat", *p, axis=axis)
                  for p in (parts[k:k + _CONCAT_FAN_IN] for k in range(0, len(parts), _CONCAT_FAN_IN))]
     return parts[0]
 
