@@ -26,8 +26,11 @@ import json
 import pathlib
 from collections import defaultdict
 
+import pytest
+
 
 CACHE_KEY = "kiln/module_durations"
+WORKERINPUT_KEY = "kiln_module_durations"
 UNMEASURED = 5.0
 COMMITTED = pathlib.Path(__file__).resolve().parent / "module_durations.json"
 
@@ -59,10 +62,28 @@ def _cached(config) -> dict:
     return {m: v for m, v in entries.items() if isinstance(v, list) and len(v) == 2}
 
 
+def _durations(config) -> dict:
+    """The durations this session orders by, read once: the xdist controller reads them and
+    hands the same copy to every worker (other sessions on this tree may rewrite the cache
+    while the workers collect, and workers that ordered differently would abort the run)."""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is not None and WORKERINPUT_KEY in workerinput:
+        return json.loads(workerinput[WORKERINPUT_KEY])
+    if not hasattr(config, "_kiln_order_durations"):
+        config._kiln_order_durations = _recorded(config)
+    return config._kiln_order_durations
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node):
+    """xdist, on the controller: every worker gets the controller's durations."""
+    node.workerinput[WORKERINPUT_KEY] = json.dumps(_durations(node.config))
+
+
 def pytest_collection_modifyitems(config, items):
-    """Longest modules first, ties in collection order. Every xdist worker computes the same
-    order from the same files."""
-    durations = _recorded(config)
+    """Longest modules first, ties in collection order; every xdist worker orders by the same
+    durations (``_durations``), so they all collect the same sequence."""
+    durations = _durations(config)
     first_seen = {}
     for i, item in enumerate(items):
         first_seen.setdefault(_module(item.nodeid), i)
