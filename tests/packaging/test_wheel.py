@@ -308,7 +308,7 @@ def test_wheel_is_a_platform_wheel_with_runtime_headers_and_libraries(wheel):
     meta = zipfile.ZipFile(wheel).read(f"kiln-{_version()}.dist-info/METADATA").decode()
     requires = {re.split(r"[<>=!~; \[]", line.split(":", 1)[1].strip())[0]
                 for line in meta.splitlines() if line.startswith("Requires-Dist:") and "extra ==" not in line}
-    assert requires == {"numpy", "llvmlite", "cffi", "onnx"}
+    assert requires == {"numpy", "llvmlite", "cffi", "onnx", "ml_dtypes"}
 
 
 def _version() -> str:

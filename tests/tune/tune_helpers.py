@@ -21,6 +21,12 @@ from kiln.tune.measure import build_candidate, schedule_candidate
 M, K, N = 16, 32, 16
 
 
+def kernel_records(records):
+    """The records of kernels, without those of layer decisions (``kiln/tune/layers.py``:
+    on a target whose panel width has two options a matmul also gets those)."""
+    return [r for r in records if not r["workload"].startswith("layer:")]
+
+
 @T.prim_func
 def mm(A: T.Buffer((16, 32), "float32"), B: T.Buffer((32, 16), "float32"),
        C: T.Buffer((16, 16), "float32")):
