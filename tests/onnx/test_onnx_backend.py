@@ -8,9 +8,17 @@ collected (the model-zoo, "simple" and PyTorch categories are not).
 by op, each with a short reason; they are marked ``xfail(strict=True)``, so a newly passing
 test fails the run until it is taken off the list: the passing set can only grow.
 ``test_pass_ratio`` prints the pass ratio and asserts the floor.
+
+``runtime_passing.txt`` lists the node tests that also pass with every input given at run
+time, as ONNX's own runner gives them (``prepare(model, runtime_inputs=True)``: no input frozen
+into the compiled code as a constant, no sequence structure specialised); those tests run that
+way here, so one that stops passing the run-time way fails the run, and
+``test_runtime_pass_count`` asserts the list's floor. ``regen_expected_failures.py --runtime``
+counts them over every node test and rewrites the list.
 """
 from __future__ import annotations
 
+import functools
 import os
 
 import pytest
@@ -22,6 +30,8 @@ from kiln.frontend.onnx.backend import KilnBackend  # noqa: E402
 
 HERE = os.path.dirname(__file__)
 MIN_PASS_RATIO = 0.77
+# runtime_passing.txt may grow, never shrink below this (the count when it was last raised)
+MIN_RUNTIME_PASSING = 1484
 
 
 def load_expected_failures(path=os.path.join(HERE, "expected_failures.txt")):
@@ -38,6 +48,17 @@ def load_expected_failures(path=os.path.join(HERE, "expected_failures.txt")):
 
 
 EXPECTED_FAILURES = load_expected_failures()
+RUNTIME_PASSING = set(load_expected_failures(os.path.join(HERE, "runtime_passing.txt")))
+
+
+def the_runtime_way(test):
+    """The backend test ``test`` run with every input given at run time: the runner hands its
+    keyword arguments to ``KilnBackend.prepare``."""
+    @functools.wraps(test)
+    def run(self, *args, **kwargs):
+        return test(self, *args, runtime_inputs=True, **kwargs)
+    return run
+
 
 backend_test = onnx.backend.test.BackendTest(KilnBackend, __name__)
 _cases = backend_test.test_cases
@@ -62,6 +83,8 @@ SLOW_NODE_TESTS = {
 
 for _name in NODE_TESTS:
     _attr = _name + "_cpu"
+    if _name in RUNTIME_PASSING:
+        setattr(OnnxBackendNodeModelTest, _attr, the_runtime_way(getattr(OnnxBackendNodeModelTest, _attr)))
     if _name in EXPECTED_FAILURES:
         setattr(OnnxBackendNodeModelTest, _attr,
                 pytest.mark.xfail(strict=True, reason=EXPECTED_FAILURES[_name])(
@@ -75,6 +98,10 @@ def test_expected_failures_name_real_tests():
     assert not unknown, f"expected_failures.txt names tests that do not exist: {unknown[:10]}"
     unknown = sorted(SLOW_NODE_TESTS - set(NODE_TESTS))
     assert not unknown, f"SLOW_NODE_TESTS names tests that do not exist: {unknown}"
+    unknown = sorted(RUNTIME_PASSING - set(NODE_TESTS))
+    assert not unknown, f"runtime_passing.txt names tests that do not exist: {unknown[:10]}"
+    both = sorted(RUNTIME_PASSING & set(EXPECTED_FAILURES))
+    assert not both, f"tests both in runtime_passing.txt and expected_failures.txt: {both[:10]}"
 
 
 def test_pass_ratio():
@@ -84,3 +111,12 @@ def test_pass_ratio():
     print(f"\nONNX backend node tests: {passing}/{total} pass ({ratio:.1%}); "
           f"{total - passing} expected failures")
     assert ratio >= MIN_PASS_RATIO, f"{passing}/{total} = {ratio:.1%} < {MIN_PASS_RATIO:.0%}"
+
+
+def test_runtime_pass_count():
+    total = len(NODE_TESTS)
+    passing = len(RUNTIME_PASSING & set(NODE_TESTS))
+    print(f"\nONNX backend node tests passing with every input given at run time: {passing}/{total} "
+          f"({passing / total:.1%})")
+    assert passing >= MIN_RUNTIME_PASSING, (
+        f"runtime_passing.txt lists {passing} tests, fewer than the floor {MIN_RUNTIME_PASSING}")
