@@ -57,3 +57,17 @@ def test_trilu_k_given_at_run_time(upper):
     for k in (-5, -1, 0, 2, 7):
         want = np.triu(x, k) if upper else np.tril(x, k)
         np.testing.assert_array_equal(rep.run([x, np.array(k, np.int64)])[0], want)
+
+
+@pytest.mark.parametrize("noop", [0, 1])
+def test_reduce_with_an_empty_axes_input(noop):
+    # an axes input of static length 0 has one possible value (no axes): known from its type,
+    # so the run-time way compiles it (all axes reduced, or none with noop_with_empty_axes)
+    model = _model(helper.make_node("ReduceSum", ["x", "axes"], ["y"], keepdims=1, noop_with_empty_axes=noop),
+                   [("x", TensorProto.FLOAT, [3, 2, 2]), ("axes", TensorProto.INT64, [0])],
+                   [("y", TensorProto.FLOAT, [3, 2, 2] if noop else [1, 1, 1])])
+    model.opset_import[0].version = 18
+    rep = KilnRuntimeBackend.prepare(model)
+    x = np.random.default_rng(1).standard_normal((3, 2, 2)).astype(np.float32)
+    got = rep.run([x, np.zeros((0,), np.int64)])[0]
+    np.testing.assert_allclose(got, x if noop else x.sum(keepdims=True), rtol=1e-6, atol=1e-6)

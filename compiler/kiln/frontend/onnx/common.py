@@ -78,6 +78,10 @@ class Ctx:
             return np.asarray(e.data)
         if isinstance(e, GraphVar) and e in self.known:
             return self.known[e]
+        if isinstance(e, GraphVar) and _is_empty_vector(e.ty):
+            # a 1-D input of length 0 (axes, pads, scales given as an empty tensor) has one
+            # possible value, which its type alone gives: known at import though a run-time input
+            return np.zeros((0,), dtype=np.dtype(e.ty.dtype))
         return None
 
     def is_symbolic(self, e) -> bool:
@@ -172,6 +176,17 @@ def ndim(e: GraphExpr) -> int:
 # and computed at run time instead: a corrupt or hostile model may ask for terabytes, and
 # constants that large do not belong in an artifact anyway.
 FOLD_LIMIT = 1 << 24
+
+
+def _is_empty_vector(ty) -> bool:
+    """Whether ``ty`` is a 1-D tensor type of static length 0 with a numpy dtype."""
+    shape = getattr(ty, "shape", None)
+    if shape is None or len(shape) != 1 or not isinstance(shape[0], IntImm) or int(shape[0].value):
+        return False
+    try:
+        return np.dtype(ty.dtype).kind in "iuf"
+    except TypeError:
+        return False
 
 
 def _elements(ty) -> int:
