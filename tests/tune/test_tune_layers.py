@@ -172,3 +172,13 @@ def test_a_record_decides_a_matvec_panel(tmp_path):
     got = kiln.VirtualMachine(kiln.compile(scheduled, "llvm"), kiln.cpu())["main"](
         kiln.nd.array(xs)).numpy()
     np.testing.assert_allclose(got, xs @ w.T, rtol=1e-4, atol=1e-4)
+
+
+def test_layers_stop_at_their_share_of_the_time_budget(tmp_path):
+    report = kiln.tune(_two_convs(), db=tmp_path / "db.jsonl", time_budget_s=1e-3,
+                       num_threads=1, progress=False, confirm=False, check_model=False,
+                       cost_model=False)
+    assert report.layers and all(lay.times == {} and "time budget" in lay.note
+                                 for lay in report.layers)
+    assert not [r for r in Database(tmp_path / "db.jsonl").records()
+                if r["workload"].startswith("layer:")]

@@ -250,11 +250,15 @@ def compile_option(task: LayerTask, option: int, target: str, ctx: PassContext,
 
 def tune_layers(tasks: List[LayerTask], target: str, threads: int, ctx: PassContext,
                 database, executor, rounds: int = 5,
-                on_layer: Optional[Callable[[LayerReport], None]] = None) -> List[LayerReport]:
+                on_layer: Optional[Callable[[LayerReport], None]] = None,
+                deadline: Optional[float] = None) -> List[LayerReport]:
     """Measure every option of every layer (module docstring), appending one record per
     option to ``database``; a layer whose options all have records for this target and thread
-    count already is not measured again. Returns one ``LayerReport`` per layer."""
+    count already is not measured again, nor is any once ``time.monotonic()`` passes
+    ``deadline`` (its report says so; it keeps its default). Returns one ``LayerReport`` per
+    layer."""
     import tempfile
+    import time
     from .database import make_record, record_time
     from .workload import ArgSpec, rules_version
     base = ctx.replace(target=target, cores=threads, tuning_db=None)
@@ -268,6 +272,8 @@ def tune_layers(tasks: List[LayerTask], target: str, threads: int, ctx: PassCont
         if all(o in done for o in t.options):
             rep.times = {o: record_time(done[o]) for o in t.options}
             rep.note = "measured before"
+        elif deadline is not None and time.monotonic() > deadline:
+            rep.note = "not measured: its share of the time budget ran out (the default stays)"
         else:
             try:
                 with tempfile.TemporaryDirectory(prefix="kiln-layer-") as tmp:

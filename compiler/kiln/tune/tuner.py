@@ -32,6 +32,9 @@ from .search import Space
 from .tasks import Task, extract_tasks
 
 DEFAULT_TRIALS = 32
+# The most of a time budget the layer decisions may take (``layers.py``): each option of a
+# layer is a compile of its own (1-3 s for a ResNet-18 conv), the kernels need the rest.
+LAYERS_SHARE = 0.3
 
 
 @dataclass
@@ -276,9 +279,11 @@ def tune(mod, target="llvm", db="tuning.jsonl", trials: Optional[int] = None,
     executor = executor or LocalExecutor(options)
     layer_reports = []
     if layers and pipeline:
+        # With a time budget the layers get at most LAYERS_SHARE of it; the kernels the rest.
+        deadline = None if time_budget_s is None else t_start + LAYERS_SHARE * time_budget_s
         try:
             layer_reports = _tune_layers(mod, target, num_threads, ctx, database, executor,
-                                         progress)
+                                         progress, deadline)
         except KeyboardInterrupt:
             if own:
                 executor.close()
@@ -377,7 +382,7 @@ def tune(mod, target="llvm", db="tuning.jsonl", trials: Optional[int] = None,
 
 
 def _tune_layers(mod, target, num_threads, ctx, database: Database, executor: Executor,
-                 progress: bool) -> list:
+                 progress: bool, deadline: Optional[float] = None) -> list:
     """The layer decisions of ``mod`` measured (``layers.tune_layers``), one line per layer
     on stderr with ``progress``."""
     from ..transform.infra import PassContext
@@ -391,13 +396,13 @@ def _tune_layers(mod, target, num_threads, ctx, database: Database, executor: Ex
             print(f"kiln tune: layer {rep.kernel}: {pick}"
                   + (f" ({rep.note})" if rep.note else ""), file=sys.stderr)
     reports = tune_layers(winograd_layers(mod, base), str(target), threads, base, database,
-                          executor, on_layer=said)
+                          executor, on_layer=said, deadline=deadline)
     # The blocks of the convs that stay direct, once the Winograd choices are recorded; then
     # the weights' panels.
     for find in (block_layers, panel_layers):
         found = find(mod, base.replace(tuning_db=database.path))
         reports += tune_layers(found, str(target), threads, base, database, executor,
-                               on_layer=said)
+                               on_layer=said, deadline=deadline)
     return reports
 
 
