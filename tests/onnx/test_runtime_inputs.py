@@ -71,3 +71,17 @@ def test_reduce_with_an_empty_axes_input(noop):
     x = np.random.default_rng(1).standard_normal((3, 2, 2)).astype(np.float32)
     got = rep.run([x, np.zeros((0,), np.int64)])[0]
     np.testing.assert_allclose(got, x if noop else x.sum(keepdims=True), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("op", ["CumSum", "CumProd"])
+def test_scan_of_a_vector_with_a_run_time_axis(op):
+    # a 1-D input has one axis, so an axis given at run time can only name it
+    model = _model(helper.make_node(op, ["x", "axis"], ["y"], reverse=1),
+                   [("x", TensorProto.FLOAT, [5]), ("axis", TensorProto.INT64, [])],
+                   [("y", TensorProto.FLOAT, [5])])
+    model.opset_import[0].version = 26  # CumProd's first opset
+    rep = KilnRuntimeBackend.prepare(model)
+    x = np.array([1.5, -2.0, 3.0, 0.5, 2.0], np.float32)
+    want = (np.cumsum if op == "CumSum" else np.cumprod)(x[::-1])[::-1]
+    for axis in (0, -1):
+        np.testing.assert_allclose(rep.run([x, np.array(axis, np.int64)])[0], want, rtol=1e-6)

@@ -420,7 +420,10 @@ def _scan(ctx, ins, attrs):
     position j (``exclusive`` leaves out j itself, ``reverse`` scans from the end)."""
     x = ins[0]
     n = ndim(x)
-    axis = norm_axis(int(np.asarray(ctx.need_value(ins[1], "axis")).reshape(-1)[0]), n)
+    if n == 1 and ctx.value(ins[1]) is None and not ctx.is_symbolic(ins[1]):
+        axis = 0  # a 1-D input's only axis: a run-time axis can name no other (0 or -1)
+    else:
+        axis = norm_axis(int(np.asarray(ctx.need_value(ins[1], "axis")).reshape(-1)[0]), n)
     d = static_shape(x)[axis]
     i = np.arange(d)[:, None]
     j = np.arange(d)[None, :]
