@@ -105,17 +105,25 @@ def if_(ctx, node, ins, attrs):
     return _runtime_if(ctx, node, cond, branches)
 
 
-def _branch(ctx: Ctx, g, what: str, cond):
-    """Import subgraph ``g`` as a private function; returns (function, outputs, env, structure)
-    where the function's parameters are every outer value the branch captured, in capture
-    order. A sequence output is returned as its elements (``structure``: per output, None for
-    a tensor or the sequence's (length, dtype))."""
+def subgraph_context(ctx: Ctx):
+    """(builder, context, env) to import an ONNX subgraph (an If branch, a Loop body) into a
+    private graph function of its own: the context shares ``ctx``'s known values, opset,
+    symbols and function table, and ``env`` reads the outer scope's values as captures."""
     fb = FunctionBuilder((), attrs={"private": True})
     bctx = Ctx(fb, ctx.known, ctx.opset)
     bctx.sym = ctx.sym
     bctx.functions, bctx.func_name = ctx.functions, ctx.func_name
     env = _CaptureEnv(ctx.env, bctx, ctx)
     bctx.env = env
+    return fb, bctx, env
+
+
+def _branch(ctx: Ctx, g, what: str, cond):
+    """Import subgraph ``g`` as a private function; returns (function, outputs, env, structure)
+    where the function's parameters are every outer value the branch captured, in capture
+    order. A sequence output is returned as its elements (``structure``: per output, None for
+    a tensor or the sequence's (length, dtype))."""
+    fb, bctx, env = subgraph_context(ctx)
     with fb.dataflow():
         try:
             outs = _convert_graph(bctx, g, env)

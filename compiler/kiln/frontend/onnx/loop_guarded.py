@@ -36,7 +36,7 @@ from ...ir.graph import (Call, Constant, Function, GraphExpr, GraphVar, TensorTy
 from ...ir.graph_builder import FunctionBuilder
 from ...transform.graph_util import use_counts
 from .common import Ctx, ONNXImportError, Unsupported, fmt_shape
-from .control_flow import _CaptureEnv, _convert_graph
+from .control_flow import _convert_graph, subgraph_context
 
 _BOOL = TensorType((), "bool")
 # The most guarded iterations emitted for a loop whose trip count does not bound it (M absent or
@@ -90,12 +90,7 @@ def _body_function(ctx: Ctx, g, types: List[TensorType], known: list, i: Optiona
     by its IF alone. Returns the function, the outer values of its captures, whether the
     condition it returns is known false, and the carried values it returns that are known."""
     from .sequence import is_container
-    fb = FunctionBuilder((), attrs={"private": True})
-    bctx = Ctx(fb, ctx.known, ctx.opset)
-    bctx.sym = ctx.sym
-    bctx.functions, bctx.func_name = ctx.functions, ctx.func_name
-    env = _CaptureEnv(ctx.env, bctx, ctx)
-    bctx.env = env
+    fb, bctx, env = subgraph_context(ctx)
     formal_types = [TensorType((), "int64"), _BOOL] + list(types)
     formals = [GraphVar(vi.name, t) for vi, t in zip(g.input, formal_types)]
     trip_count = GraphVar("loop_trip_count", TensorType((), "int64")) if bounded else None
