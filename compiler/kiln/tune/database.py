@@ -18,6 +18,12 @@ record has no times and is never returned as the best. Candidates are ranked by
 ``record_time`` (the minimum time); a candidate with several records (measured again) by
 its median record.
 
+A record with ``"chosen": true`` is a verdict, not a timing: the tuner's end-to-end check
+(``model_check.py``) compiled the whole model with these decisions and kept them (or kept the
+default, when the kernels' own gains did not survive in the model). Where a key has verdicts,
+the newest one decides what ``index_best`` (what compiles apply) returns; the ranking of
+timings (``best_of``, what the search uses) leaves verdicts out.
+
 Records are appended one line per ``os.write`` on a file opened with ``O_APPEND`` under an
 exclusive ``fcntl.flock``, as each measurement finishes: a run stopped by Ctrl-C or a crash
 keeps every record it finished, and several processes can append to one file. A reader skips
@@ -178,21 +184,25 @@ def record_time(r: Dict[str, Any]) -> float:
     return r["min_s"] if r.get("min_s") is not None else r["median_s"]
 
 
+def is_timing(r: Dict[str, Any]) -> bool:
+    """Whether ``r`` is an ``"ok"`` timing of a candidate (not a failure, not a verdict)."""
+    return r.get("status") == "ok" and r.get("median_s") is not None and not r.get("chosen")
+
+
 def candidate_time(records: Iterable[Dict[str, Any]], decisions: Dict[str, Any]
                    ) -> Optional[Dict[str, Any]]:
     """The median ``"ok"`` record of one candidate (by ``record_time``; the lower of the two
-    middle ones for an even count), or None when it has none."""
+    middle ones for an even count), or None when it has none. Verdicts are not timings."""
     key = decisions_key(decisions)
-    rs = sorted((r for r in records if r.get("status") == "ok" and r.get("median_s") is not None
-                 and decisions_key(r["decisions"]) == key), key=record_time)
+    rs = sorted((r for r in records if is_timing(r) and decisions_key(r["decisions"]) == key),
+                key=record_time)
     return rs[(len(rs) - 1) // 2] if rs else None
 
 
 def ranking(records: Iterable[Dict[str, Any]]) -> List[Dict[str, Any]]:
     """The median ``"ok"`` record of each candidate (``candidate_time``), fastest first."""
     records = list(records)
-    keys = {decisions_key(r["decisions"]): r["decisions"] for r in records
-            if r.get("status") == "ok" and r.get("median_s") is not None}
+    keys = {decisions_key(r["decisions"]): r["decisions"] for r in records if is_timing(r)}
     return sorted((candidate_time(records, d) for d in keys.values()),
                   key=lambda r: (record_time(r), r["median_s"]))
 
@@ -206,10 +216,28 @@ def best_of(records: Iterable[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
     return ranked[0] if ranked else None
 
 
+def verdict_of(records: Iterable[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    """The newest verdict (``"chosen": true``) among ``records``, or None (module docstring).
+    Newest by position: records are appended, so a later run's verdict comes later."""
+    found = None
+    for r in records:
+        if r.get("chosen") and r.get("status") == "ok":
+            found = r
+    return found
+
+
+def chosen_of(records: Iterable[Dict[str, Any]]) -> Optional[Dict[str, Any]]:
+    """What a compile applies for one key: the newest verdict when there is one, else the
+    fastest candidate (``best_of``)."""
+    records = list(records)
+    return verdict_of(records) or best_of(records)
+
+
 def index_best(records: Iterable[Dict[str, Any]],
                rules: Optional[str] = None) -> Dict[Key, Dict[str, Any]]:
-    """(workload, target, threads) -> the best ``"ok"`` record of each key, among the records
-    of the rule version ``rules`` (default: the running Kiln's)."""
+    """(workload, target, threads) -> the record a compile applies for each key
+    (``chosen_of``: the newest verdict, else the fastest ``"ok"`` candidate), among the
+    records of the rule version ``rules`` (default: the running Kiln's)."""
     want = current_rules(rules)
     groups: Dict[Key, List[Dict[str, Any]]] = {}
     for r in records:
@@ -217,7 +245,7 @@ def index_best(records: Iterable[Dict[str, Any]],
             groups.setdefault((r["workload"], r["target"], r["threads"]), []).append(r)
     out = {}
     for k, rs in groups.items():
-        b = best_of(rs)
+        b = chosen_of(rs)
         if b is not None:
             out[k] = b
     return out

@@ -80,6 +80,8 @@ class LayerReport:
     default: int
     times: Dict[int, Optional[float]] = field(default_factory=dict)
     note: str = ""
+    workload: str = ""      # the layer's database key (``layer_workload``)
+    kept: bool = True       # False: the end-to-end check kept the default (``model_check``)
 
     @property
     def best(self) -> Optional[int]:
@@ -259,16 +261,16 @@ def tune_layers(tasks: List[LayerTask], target: str, threads: int, ctx: PassCont
     layer."""
     import tempfile
     import time
-    from .database import make_record, record_time
+    from .database import is_timing, make_record, record_time
     from .workload import ArgSpec, rules_version
     base = ctx.replace(target=target, cores=threads, tuning_db=None)
     key = base.resolved().machine.key()
     rules = rules_version()
     reports = []
     for t in tasks:
-        rep = LayerReport(t.decision, t.kernel, t.calls, t.default)
+        rep = LayerReport(t.decision, t.kernel, t.calls, t.default, workload=t.workload)
         done = {r["decisions"].get(t.decision): r
-                for r in database.query(t.workload, key, threads) if r.get("status") == "ok"}
+                for r in database.query(t.workload, key, threads) if is_timing(r)}
         if all(o in done for o in t.options):
             rep.times = {o: record_time(done[o]) for o in t.options}
             rep.note = "measured before"

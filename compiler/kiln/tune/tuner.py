@@ -23,11 +23,12 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-from .database import (Database, best_of, candidate_time, decisions_key, make_record,
-                       ranking, record_time)
+from .database import (Database, best_of, candidate_time, decisions_key, is_timing,
+                       make_record, ranking, record_time)
 from .measure import (Executor, LocalExecutor, MeasureInput, MeasureOptions, MeasureResult,
                       default_threads)
 from .cost_model import CostModel, available
+from . import model_check
 from .search import Space
 from .tasks import Task, extract_tasks
 
@@ -78,7 +79,8 @@ class TuneReport:
     interrupted: bool = False
     # measured end to end (check_model): the whole model compiled without and with the records
     model_default_s: Optional[float] = None
-    model_tuned_s: Optional[float] = None
+    model_tuned_s: Optional[float] = None      # the variant the check kept (or the default)
+    model_all_s: Optional[float] = None        # every change applied
     model_note: str = ""
     # (trials measured in this run, seconds since it started, model estimate) per measurement,
     # from when every kernel's default is known (``plot``)
@@ -129,16 +131,20 @@ class TuneReport:
                          + ("" if pick is None else
                             f" -> {describe(lay.decision, pick)}"
                             + (" (the default)" if pick == lay.default else
-                               f" (the default: {describe(lay.decision, lay.default)})")))
+                               f" (the default: {describe(lay.decision, lay.default)})"))
+                         + ("" if getattr(lay, "kept", True) else
+                            "; not kept: the end-to-end check kept the default"))
         d, b = self.default_model_s, self.best_model_s
         if d is not None:
             lines.append(f"model estimate (sum of calls x time): default {d * 1e3:.3f} ms, "
                          f"tuned {b * 1e3:.3f} ms ({d / b:.2f}x), in {self.seconds:.0f} s")
         md, mt = self.model_default_s, self.model_tuned_s
         if md is not None and mt is not None:
+            every = "" if self.model_all_s is None or self.model_all_s == mt else \
+                f"; every change {self.model_all_s * 1e3:.3f} ms ({md / self.model_all_s:.2f}x)"
             lines.append(f"model measured end to end (alternating, fastest of 7 rounds): "
                          f"default {md * 1e3:.3f} ms, "
-                         f"tuned {mt * 1e3:.3f} ms ({md / mt:.2f}x)")
+                         f"tuned {mt * 1e3:.3f} ms ({md / mt:.2f}x){every}")
             if mt > md * 1.02:
                 lines.append("warning: the tuned model is slower end to end than the default; "
                              "kernels timed once only may owe their speedup to noise: run "
@@ -185,14 +191,14 @@ class _TaskState:
     def update(self) -> None:
         r = self.report
         r.trials = self.candidates()
-        ok = {decisions_key(x["decisions"]) for x in self.records if x["status"] == "ok"}
+        ok = {decisions_key(x["decisions"]) for x in self.records if is_timing(x)}
         r.failed = r.trials - len(ok)
         best = best_of(self.records)
         if best is not None:
             r.best_s, r.best_decisions = record_time(best), dict(best["decisions"])
 
     def parents(self):
-        return [(x["decisions"], record_time(x)) for x in self.records if x["status"] == "ok"]
+        return [(x["decisions"], record_time(x)) for x in self.records if is_timing(x)]
 
     def left(self) -> Optional[int]:
         return None if self.trials is None else max(0, self.trials - self.candidates())
@@ -255,10 +261,14 @@ def tune(mod, target="llvm", db="tuning.jsonl", trials: Optional[int] = None,
     candidate's median record.
     ``cost_model``: rank offspring with a learned model (``cost_model.py``; needs LightGBM,
     the ``tune`` extra; without it the search is random and evolutionary only).
-    ``check_model``: at the very end, when a record changes some kernel's schedule, compile
-    the whole model with the default schedules and with the records and time both end to
-    end, alternating (``report.model_default_s`` / ``model_tuned_s``): kernels timed alone
-    can behave differently in the model (the thread pool, caches). Apply the records with ``PassContext(tuning_db=db)`` or ``kiln.compile(..., tuning_db=db)``.
+    ``check_model``: at the very end, when a record changes some kernel's or layer's
+    decisions, compile the whole model with the default schedules, with every change and with
+    the changes of largest estimated gain, time them end to end, alternating, and keep the
+    fastest set that beats the default (``model_check.py``; ``report.model_default_s`` /
+    ``model_tuned_s``): kernels timed alone can behave differently in the model (the thread
+    pool, caches). The choice is appended to the database as verdicts, so the tuned model is
+    never slower than the default as far as the check can tell. Apply the records with
+    ``PassContext(tuning_db=db)`` or ``kiln.compile(..., tuning_db=db)``.
     ``layers``: first measure the layer decisions (``layers.py``: each 3x3 conv direct or as
     Winograd, every option compiled and timed), so the kernels tuned next are those the
     measured choices make (``report.layers``).
@@ -364,8 +374,11 @@ def tune(mod, target="llvm", db="tuning.jsonl", trials: Optional[int] = None,
                              and r.note != "measured before" for r in layer_reports)
         if check_model and pipeline and ((changed and any(s.report.new for s in states))
                                          or layers_changed):
-            _check_model(mod, target, threads, ctx, database.path, executor, report,
-                         states[0].task.target_key)
+            key = states[0].task.target_key
+            items = (model_check.kernel_items(states)
+                     + model_check.layer_items(layer_reports, database, key, threads))
+            model_check.check_model(mod, target, threads, ctx, database.path, executor, report,
+                                    items, key)
     except KeyboardInterrupt:
         report.interrupted = True
     finally:
@@ -505,35 +518,6 @@ def _confirm(states: List[_TaskState], executor: Executor, record, rounds: int =
                              "faster: the default stays")
         elif decisions_key(s.report.best_decisions) not in checked[id(s)]:
             s.report.note = "the best candidate was timed once only (too many re-checks)"
-
-
-def _check_model(mod, target, threads: int, ctx, db: str, executor: Executor,
-                 report: TuneReport, target_key: str, rounds: int = 7) -> None:
-    """The model compiled without and with the records, timed end to end alternately where
-    the executor runs candidates (``Executor.time_models``, ``measure.run_models``)."""
-    from ..executable import compile as compile_model
-    from ..transform.infra import PassContext
-    from ..transform.pipeline import get_pipeline
-    from .workload import ArgSpec
-    base = (ctx or PassContext()).replace(target=str(target), cores=threads)
-    libs, spec = [], None
-    for c in (base.replace(tuning_db=None), base.replace(tuning_db=db)):
-        ex = compile_model(get_pipeline("default", c)(mod), target)
-        libs.append(ex.library_path)
-        public = [f for f in ex.spec.functions if not f.private]
-        spec = public[0] if public else None
-    if spec is None or any(not isinstance(d, int) for p in spec.params for d in p.shape):
-        report.model_note = "not measured end to end (no function with static shapes)"
-        return
-    args = [ArgSpec(tuple(p.shape), p.dtype, False) for p in spec.params]
-    est = report.default_model_s or 1e-3
-    calls = max(1, int(0.02 / max(est, 1e-6)))
-    kind, value = executor.time_models(libs, spec.name, args, threads, rounds, calls, 0,
-                                       target_key, max(60.0, 50 * rounds * calls * est))
-    if kind != "ok":
-        report.model_note = f"the end-to-end check failed ({kind}): {str(value).splitlines()[0]}"
-        return
-    report.model_default_s, report.model_tuned_s = value
 
 
 def _run_timeout(s: _TaskState, executor: Executor) -> float:
