@@ -64,9 +64,11 @@ def test_a_killed_run_keeps_its_records_and_a_second_run_resumes(tmp_path):
                        progress=False, confirm=False, layers=False)
     after = Database(db).records()
     assert after[:len(before)] == before
-    new = after[len(before):]
+    # new timings; the end-to-end check may add a verdict when the best changed the schedule
+    new = [r for r in after[len(before):] if not r.get("chosen")]
     assert len(new) == 3 and report.kernels[0].new == 3
-    keys = [decisions_key(r["decisions"]) for r in after]
+    assert len(after) - len(before) - len(new) in (0, 1)
+    keys = [decisions_key(r["decisions"]) for r in after if not r.get("chosen")]
     assert len(set(keys)) == len(keys)        # nothing measured twice, the baseline included
     assert report.kernels[0].trials == len(before) + 3
 
