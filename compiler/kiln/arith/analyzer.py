@@ -17,6 +17,8 @@ True
 """
 from __future__ import annotations
 
+import functools
+
 import contextlib
 import dataclasses
 import math
@@ -529,6 +531,7 @@ def const_int_bound(expr, bounds: Optional[dict] = None) -> IntBound:
     return Analyzer(bounds).const_int_bound(expr)
 
 
+@functools.lru_cache(maxsize=None)
 def _int_range(dtype: str):
     """(min, max) an integer dtype holds, from its width: numpy's iinfo knows no int4/int2."""
     if not dt.is_int(dtype):

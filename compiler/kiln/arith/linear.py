@@ -15,11 +15,20 @@ normalisation idempotent.
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from typing import Dict, Iterator, Tuple
 
 from ..ir import dtype as dt
 from ..ir.expr import Add, Buffer, FloatImm, IntImm, Mul, Node, PrimExpr, Sub, Var
 from ..ir.functor import node_fields
+
+
+# Node -> its key, for as long as the node lives. Nodes are immutable, so a key never changes;
+# without this, the simplifier recomputed the keys of shared subexpressions over and over (a
+# bicubic grid sample's index expressions: 9.5 million calls, half of a 57 s compile). Weak
+# keys: the cache neither keeps nodes alive nor outlives them (a key holds ``id``s of
+# variables, which the node keeps alive), and nothing of it is pickled with a node.
+_KEYS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def key(e) -> object:
@@ -32,7 +41,11 @@ def key(e) -> object:
     if isinstance(e, FloatImm):
         return ("float", e.value, e.dtype)
     if isinstance(e, Node) and dataclasses.is_dataclass(e):
-        return (type(e).__name__,) + tuple(key(getattr(e, f)) for f in node_fields(type(e)))
+        k = _KEYS.get(e)
+        if k is None:
+            k = (type(e).__name__,) + tuple(key(getattr(e, f)) for f in node_fields(type(e)))
+            _KEYS[e] = k
+        return k
     if isinstance(e, (tuple, list)):
         return tuple(key(x) for x in e)
     try:

@@ -7,6 +7,7 @@ Strings keep IR and printed script identical; this module validates and takes th
 """
 from __future__ import annotations
 
+import functools
 import re
 
 import numpy as np
@@ -46,6 +47,7 @@ def check(dtype: str) -> str:
     return dtype
 
 
+@functools.lru_cache(maxsize=None)   # pure, on a few dtype strings; hot in the simplifier
 def element(dtype: str) -> str:
     """The scalar type of a (possibly vector) dtype: ``element("float32x8") == "float32"``."""
     return check(dtype).split("x")[0] if "x" in dtype else dtype
@@ -66,6 +68,7 @@ def with_lanes(dtype: str, n: int) -> str:
     return element(dtype) if n == 1 else f"{element(dtype)}x{n}"
 
 
+@functools.lru_cache(maxsize=None)
 def bits(dtype: str) -> int:
     e = element(dtype)
     if e in NARROW_FLOAT_DTYPES:
@@ -73,6 +76,7 @@ def bits(dtype: str) -> int:
     return 1 if e == "bool" else int(re.sub(r"\D", "", e))
 
 
+@functools.lru_cache(maxsize=None)
 def is_float(dtype: str) -> bool:
     """Any floating-point format, the narrow ones (``is_narrow_float``) included."""
     e = element(dtype)
@@ -84,16 +88,19 @@ def is_narrow_float(dtype: str) -> bool:
     return element(dtype) in NARROW_FLOAT_DTYPES
 
 
+@functools.lru_cache(maxsize=None)
 def is_int(dtype: str) -> bool:
     """Signed or unsigned integer (not bool)."""
     e = element(dtype)
     return e.startswith("int") or e.startswith("uint")
 
 
+@functools.lru_cache(maxsize=None)
 def is_uint(dtype: str) -> bool:
     return element(dtype).startswith("uint")
 
 
+@functools.lru_cache(maxsize=None)
 def is_bool(dtype: str) -> bool:
     return element(dtype) == "bool"
 
