@@ -18,6 +18,7 @@ is always safe. Every expression made here goes through ``kiln.arith``.
 """
 from __future__ import annotations
 
+import weakref
 from typing import Dict, List, Mapping, Optional, Sequence, Tuple
 
 from ..arith import Analyzer
@@ -38,10 +39,30 @@ def same(a: PrimExpr, b: PrimExpr) -> bool:
     return a is b or key(a) == key(b)
 
 
+# Node -> ids of the variables it uses. Region and bound analysis asks ``free_of`` of the same
+# index expressions again and again, and each ask walked the whole expression (a bicubic
+# grid sample's gathers: seconds of its compile). Nodes are immutable; held weakly (an id
+# stays valid while the node, which holds its variables, lives).
+_VAR_IDS: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _var_ids(e: PrimExpr) -> frozenset:
+    if isinstance(e, Var):
+        return frozenset((id(e),))
+    try:
+        ids = _VAR_IDS.get(e)
+    except TypeError:           # not weak-referenceable: no cache
+        return frozenset(id(v) for v in collect(e, Var))
+    if ids is None:
+        ids = frozenset(id(v) for v in collect(e, Var))
+        _VAR_IDS[e] = ids
+    return ids
+
+
 def free_of(e: PrimExpr, variables) -> bool:
     """True if ``e`` uses none of ``variables``."""
-    ids = {id(v) for v in variables}
-    return not any(id(v) in ids for v in collect(e, Var))
+    ids = _var_ids(e)
+    return not any(id(v) in ids for v in variables)
 
 
 # ---- interval arithmetic --------------------------------------------------------------------
