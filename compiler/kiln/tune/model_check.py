@@ -200,7 +200,8 @@ def check_model(mod, target, threads: int, ctx, db: str, executor, report, items
                              f"{default_s * 1e3:.3f} ms{again})")
     else:
         report.model_note = (f"no set of changes beat the default schedules by "
-                             f"{MIN_GAIN:.0%} end to end, twice ({times}; default "
+                             f"{MIN_GAIN:.0%} end to end{'' if confirmed is None else ' twice'} "
+                             f"({times}; default "
                              f"{default_s * 1e3:.3f} ms{again}): the database keeps the "
                              f"defaults")
     kept = {it.workload for it in changes[:keep]}
