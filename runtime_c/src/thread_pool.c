@@ -82,6 +82,7 @@ void kiln_thread_pool_kernel_ctx(kiln_kernel_ctx_t* ctx) {
 #else /* threads */
 
 #include <pthread.h>
+#include <sched.h>
 
 /* Tells the core this thread is spin-waiting: frees the sibling hyperthread's resources and,
  * on x86, avoids the memory-order mis-speculation flush when the awaited store arrives. */
@@ -118,6 +119,14 @@ static uint64_t g_last_call_end_ns;
 /* The clock is read once every this many pauses (a pause is 10-150 cycles; a clock read via the
  * vDSO ~20 ns), so reading it costs little and the budget is not overrun by much. */
 #define KILN_SPIN_CLOCK_EVERY 64u
+/* A spinning thread yields its CPU once every this many pauses (every 16th clock read, some
+ * 10-50 us). When the scheduler has put a spinning worker on the same CPU as the thread it
+ * waits for, a spin without yields holds that CPU for the rest of its time slice while the other
+ * thread, which would end the wait, cannot run: on the 2-vCPU VM, after the process idled ~0.1 s
+ * the pool's worker woke on the caller's vCPU and a 2-thread matrix-vector product took 4.5 ms
+ * for its next calls instead of 1.3 ms (2.4 ms on one thread; bench/RESULTS.md, "the idle
+ * effect"). sched_yield returns at once when nothing else waits for the CPU. */
+#define KILN_SPIN_YIELD_EVERY (16u * KILN_SPIN_CLOCK_EVERY)
 
 typedef struct {
   uint32_t pauses;
@@ -130,6 +139,7 @@ typedef struct {
 static int spin_once(spin_t* s) {
   KILN_CPU_PAUSE();
   if (++s->pauses % KILN_SPIN_CLOCK_EVERY != 0) return 1;
+  if (s->pauses % KILN_SPIN_YIELD_EVERY == 0) sched_yield();
   uint64_t now = kiln_platform_now_ns();
   if (s->deadline_ns == 0) s->deadline_ns = now + s->budget_ns;
   return now < s->deadline_ns;
@@ -222,6 +232,7 @@ void kiln_thread_pool_call_end(void) {
 static int worker_spin_once(spin_t* s, const pool_t* p) {
   KILN_CPU_PAUSE();
   if (++s->pauses % KILN_SPIN_CLOCK_EVERY != 0) return 1;
+  if (s->pauses % KILN_SPIN_YIELD_EVERY == 0) sched_yield();
   uint64_t now = kiln_platform_now_ns();
   if (s->deadline_ns == 0) s->deadline_ns = now; /* here: when the spin started */
   if (p->spin_ns && __atomic_load_n(&g_calls_in_flight, __ATOMIC_RELAXED))

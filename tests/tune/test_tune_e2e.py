@@ -164,7 +164,11 @@ def test_cli_errors(tmp_path):
 
 
 def test_ctrl_c_stops_the_tuner_and_no_candidate_is_blamed(tmp_path):
-    model, _ = matmul_onnx(tmp_path / "mm.onnx", m=64, k=64, n=64)
+    # A space of 64 candidates, each a 0.1 GFLOP kernel: the run is still searching when the
+    # third record appears, even on a loaded machine (a 64^3 matmul's 12 candidates, plus its
+    # re-checks and the end-to-end check, could all be done before this process looked, and a
+    # SIGINT that lands as the interpreter exits is no interruption)
+    model, _ = matmul_onnx(tmp_path / "mm.onnx", m=192, k=384, n=512)
     db = tmp_path / "db.jsonl"
     proc = subprocess.Popen([sys.executable, "-m", "kiln.cli", "tune", str(model), "--db",
                              str(db), "--trials", "500", "-q"],
