@@ -144,7 +144,8 @@ class KilnBuildPy(build_py):
             self._build_java(tmp, pkg)
 
     def _build_runtime(self, tmp, pkg):
-        _copy_tree(["runtime_c/include", "runtime_c/src", "runtime_c/tools", "runtime_c/cuda"],
+        _copy_tree(["runtime_c/include", "runtime_c/src", "runtime_c/tools", "runtime_c/cuda",
+                    "runtime_c/strings"],
                    ["runtime_c/Makefile"], tmp)
         make = os.environ.get("MAKE", "make")
         if shutil.which(make) is None:
