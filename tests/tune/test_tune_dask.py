@@ -99,7 +99,8 @@ def test_kiln_tune_through_the_cluster(cluster, tmp_path):
     records = kernel_records(Database(db).records())
     assert len({str(sorted(r["decisions"].items())) for r in records}) == 3
     assert records[0]["status"] == "ok" and all(r["threads"] == 1 for r in records)
-    ok = [r for r in records if r["status"] == "ok"]
+    # the timings (not the end-to-end check's verdict, when it writes one: no measurement)
+    ok = [r for r in records if r["status"] == "ok" and not r.get("chosen")]
     assert len({r["worker"] for r in ok}) == 1
     assert ok[0]["worker"] in cluster.scheduler_info["workers"]
     # a scheduler nobody listens on is a clear error, not a hang
