@@ -6,12 +6,12 @@
  * references), so there is no global state. The few driver types needed are declared here as
  * the driver's ABI defines them (cuda.h is not needed to build). */
 #include <dlfcn.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kiln_cuda.h"
+#include "../src/ext_error.h"
 
 #define KILN_CUDA_DRIVER "libcuda.so.1"
 
@@ -90,15 +90,6 @@ typedef struct {
   CUdeviceptr ptr;
 } kiln_cuda_buffer_t;
 
-static kiln_status_t kiln_cuda_fail(kiln_status_t status, const char* fmt, ...) {
-  char msg[1024];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  return kiln_set_last_error(status, msg);
-}
-
 /* A driver call's failure as "<what>: <driver's message> (CUDA error N)". */
 static kiln_status_t kiln_cu_check(const kiln_cuda_device_t* d, CUresult r, const char* what) {
   const char* text = NULL;
@@ -106,7 +97,7 @@ static kiln_status_t kiln_cu_check(const kiln_cuda_device_t* d, CUresult r, cons
   if (d->cu.cuGetErrorString == NULL || d->cu.cuGetErrorString(r, &text) != 0 || text == NULL)
     text = "unknown error";
   /* 2: CUDA_ERROR_OUT_OF_MEMORY */
-  return kiln_cuda_fail(r == 2 ? KILN_ERR_OUT_OF_MEMORY : KILN_ERR_RUNTIME,
+  return kiln_ext_fail(r == 2 ? KILN_ERR_OUT_OF_MEMORY : KILN_ERR_RUNTIME,
                         "cuda:%d: %s: %s (CUDA error %d)", d->ordinal, what, text, r);
 }
 
@@ -125,17 +116,17 @@ kiln_status_t kiln_cuda_device_open(int32_t ordinal, kiln_cuda_device_t** out_de
   int count = 0;
   size_t i;
   if (out_device == NULL || ordinal < 0)
-    return kiln_cuda_fail(KILN_ERR_INVALID_ARGUMENT, "kiln_cuda_device_open: %s",
+    return kiln_ext_fail(KILN_ERR_INVALID_ARGUMENT, "kiln_cuda_device_open: %s",
                           out_device == NULL ? "NULL out_device" : "negative device ordinal");
   *out_device = NULL;
   d = (kiln_cuda_device_t*)calloc(1, sizeof *d);
-  if (d == NULL) return kiln_cuda_fail(KILN_ERR_OUT_OF_MEMORY, "kiln_cuda_device_open: out of memory");
+  if (d == NULL) return kiln_ext_fail(KILN_ERR_OUT_OF_MEMORY, "kiln_cuda_device_open: out of memory");
   d->refs = 1;
   d->ordinal = ordinal;
   d->driver = dlopen(KILN_CUDA_DRIVER, RTLD_NOW | RTLD_LOCAL);
   if (d->driver == NULL) {
     const char* why = dlerror();
-    kiln_cuda_fail(KILN_ERR_UNSUPPORTED,
+    kiln_ext_fail(KILN_ERR_UNSUPPORTED,
                    "no CUDA driver: " KILN_CUDA_DRIVER " not found (%s); cuda:%d needs an NVIDIA "
                    "GPU and its driver", why ? why : "dlopen failed", ordinal);
     free(d);
@@ -144,7 +135,7 @@ kiln_status_t kiln_cuda_device_open(int32_t ordinal, kiln_cuda_device_t** out_de
   for (i = 0; i < sizeof kiln_cu_symbols / sizeof kiln_cu_symbols[0]; ++i) {
     void* fn = dlsym(d->driver, kiln_cu_symbols[i].name);
     if (fn == NULL) {
-      kiln_cuda_fail(KILN_ERR_UNSUPPORTED, "CUDA driver " KILN_CUDA_DRIVER " lacks %s (too old?)",
+      kiln_ext_fail(KILN_ERR_UNSUPPORTED, "CUDA driver " KILN_CUDA_DRIVER " lacks %s (too old?)",
                      kiln_cu_symbols[i].name);
       kiln_cuda_device_release(d);
       return KILN_ERR_UNSUPPORTED;
@@ -157,7 +148,7 @@ kiln_status_t kiln_cuda_device_open(int32_t ordinal, kiln_cuda_device_t** out_de
     return KILN_ERR_UNSUPPORTED;
   }
   if (ordinal >= count) {
-    kiln_cuda_fail(KILN_ERR_UNSUPPORTED, "cuda:%d: the CUDA driver reports %d GPU(s)", ordinal, count);
+    kiln_ext_fail(KILN_ERR_UNSUPPORTED, "cuda:%d: the CUDA driver reports %d GPU(s)", ordinal, count);
     kiln_cuda_device_release(d);
     return KILN_ERR_UNSUPPORTED;
   }
@@ -181,7 +172,7 @@ const char* kiln_cuda_device_name(const kiln_cuda_device_t* device) {
 /* Makes the device's context current on the calling thread (each API call may come from
  * another thread). */
 static kiln_status_t kiln_cuda_enter(kiln_cuda_device_t* d, const char* what) {
-  if (d == NULL) return kiln_cuda_fail(KILN_ERR_INVALID_ARGUMENT, "%s: NULL device", what);
+  if (d == NULL) return kiln_ext_fail(KILN_ERR_INVALID_ARGUMENT, "%s: NULL device", what);
   return kiln_cu_check(d, d->cu.cuCtxSetCurrent(d->ctx), "cuCtxSetCurrent");
 }
 
@@ -203,7 +194,7 @@ kiln_status_t kiln_cuda_tensor_create(kiln_cuda_device_t* device, const int64_t*
   DLDevice cpu = {kDLCPU, 0};
   if ((st = kiln_cuda_enter(device, "kiln_cuda_tensor_create")) != KILN_OK) return st;
   if (out_tensor == NULL || ndim < 0 || ndim > KILN_MAX_NDIM || (ndim > 0 && shape == NULL))
-    return kiln_cuda_fail(KILN_ERR_INVALID_ARGUMENT, "kiln_cuda_tensor_create: NULL out_tensor, "
+    return kiln_ext_fail(KILN_ERR_INVALID_ARGUMENT, "kiln_cuda_tensor_create: NULL out_tensor, "
                           "NULL shape or ndim %d outside [0, %d]", (int)ndim, KILN_MAX_NDIM);
   /* An empty host tensor of this ndim and dtype checks the dtype as the runtime does. */
   memset(empty_shape, 0, sizeof empty_shape);
@@ -218,15 +209,15 @@ kiln_status_t kiln_cuda_tensor_create(kiln_cuda_device_t* device, const int64_t*
   nbytes = (size_t)(dtype.bits * dtype.lanes + 7) / 8;
   for (int32_t i = 0; i < ndim; ++i) {
     if (shape[i] < 0)
-      return kiln_cuda_fail(KILN_ERR_INVALID_ARGUMENT,
+      return kiln_ext_fail(KILN_ERR_INVALID_ARGUMENT,
                             "kiln_cuda_tensor_create: negative extent in shape (axis %d: %lld)",
                             (int)i, (long long)shape[i]);
     if (shape[i] != 0 && nbytes > (size_t)-1 / (size_t)shape[i])
-      return kiln_cuda_fail(KILN_ERR_INVALID_ARGUMENT, "kiln_cuda_tensor_create: size overflow");
+      return kiln_ext_fail(KILN_ERR_INVALID_ARGUMENT, "kiln_cuda_tensor_create: size overflow");
     nbytes *= (size_t)shape[i];
   }
   buf = (kiln_cuda_buffer_t*)calloc(1, sizeof *buf);
-  if (buf == NULL) return kiln_cuda_fail(KILN_ERR_OUT_OF_MEMORY, "kiln_cuda_tensor_create: out of memory");
+  if (buf == NULL) return kiln_ext_fail(KILN_ERR_OUT_OF_MEMORY, "kiln_cuda_tensor_create: out of memory");
   /* At least one byte: an empty tensor still has a (non-NULL) address. */
   st = kiln_cu_check(device, device->cu.cuMemAlloc(&buf->ptr, nbytes ? nbytes : 1), "cuMemAlloc");
   if (st != KILN_OK) {
@@ -249,13 +240,13 @@ kiln_status_t kiln_cuda_tensor_create(kiln_cuda_device_t* device, const int64_t*
 static kiln_status_t kiln_cuda_tensor_ptr(kiln_cuda_device_t* d, kiln_tensor_t* t, size_t nbytes,
                                           const char* what, CUdeviceptr* out) {
   DLTensor* dl;
-  if (t == NULL) return kiln_cuda_fail(KILN_ERR_INVALID_ARGUMENT, "%s: NULL tensor", what);
+  if (t == NULL) return kiln_ext_fail(KILN_ERR_INVALID_ARGUMENT, "%s: NULL tensor", what);
   dl = kiln_tensor_dltensor(t);
   if (dl->device.device_type != kDLCUDA || dl->device.device_id != d->ordinal)
-    return kiln_cuda_fail(KILN_ERR_DEVICE_MISMATCH, "%s: the tensor is not on cuda:%d", what,
+    return kiln_ext_fail(KILN_ERR_DEVICE_MISMATCH, "%s: the tensor is not on cuda:%d", what,
                           d->ordinal);
   if (kiln_tensor_nbytes(t) != nbytes)
-    return kiln_cuda_fail(KILN_ERR_INVALID_ARGUMENT, "%s: %zu bytes given, the tensor has %zu",
+    return kiln_ext_fail(KILN_ERR_INVALID_ARGUMENT, "%s: %zu bytes given, the tensor has %zu",
                           what, nbytes, kiln_tensor_nbytes(t));
   *out = (CUdeviceptr)(uintptr_t)dl->data + dl->byte_offset;
   return KILN_OK;
@@ -269,7 +260,7 @@ kiln_status_t kiln_cuda_copy_to_device(kiln_cuda_device_t* device, kiln_tensor_t
       (st = kiln_cuda_tensor_ptr(device, dst, nbytes, "kiln_cuda_copy_to_device", &p)) != KILN_OK)
     return st;
   if (nbytes == 0) return KILN_OK;
-  if (src == NULL) return kiln_cuda_fail(KILN_ERR_INVALID_ARGUMENT, "kiln_cuda_copy_to_device: NULL src");
+  if (src == NULL) return kiln_ext_fail(KILN_ERR_INVALID_ARGUMENT, "kiln_cuda_copy_to_device: NULL src");
   return kiln_cu_check(device, device->cu.cuMemcpyHtoD(p, src, nbytes), "cuMemcpyHtoD");
 }
 
@@ -281,7 +272,7 @@ kiln_status_t kiln_cuda_copy_to_host(kiln_cuda_device_t* device, void* dst, kiln
       (st = kiln_cuda_tensor_ptr(device, src, nbytes, "kiln_cuda_copy_to_host", &p)) != KILN_OK)
     return st;
   if (nbytes == 0) return KILN_OK;
-  if (dst == NULL) return kiln_cuda_fail(KILN_ERR_INVALID_ARGUMENT, "kiln_cuda_copy_to_host: NULL dst");
+  if (dst == NULL) return kiln_ext_fail(KILN_ERR_INVALID_ARGUMENT, "kiln_cuda_copy_to_host: NULL dst");
   return kiln_cu_check(device, device->cu.cuMemcpyDtoH(dst, p, nbytes), "cuMemcpyDtoH");
 }
 
@@ -294,12 +285,12 @@ kiln_status_t kiln_cuda_module_load(kiln_cuda_device_t* device, const char* ptx,
   CUresult r;
   kiln_status_t st;
   if (ptx == NULL || out_module == NULL)
-    return kiln_cuda_fail(KILN_ERR_INVALID_ARGUMENT, "kiln_cuda_module_load: NULL %s",
+    return kiln_ext_fail(KILN_ERR_INVALID_ARGUMENT, "kiln_cuda_module_load: NULL %s",
                           ptx == NULL ? "ptx" : "out_module");
   *out_module = NULL;
   if ((st = kiln_cuda_enter(device, "kiln_cuda_module_load")) != KILN_OK) return st;
   m = (kiln_cuda_module_t*)calloc(1, sizeof *m);
-  if (m == NULL) return kiln_cuda_fail(KILN_ERR_OUT_OF_MEMORY, "kiln_cuda_module_load: out of memory");
+  if (m == NULL) return kiln_ext_fail(KILN_ERR_OUT_OF_MEMORY, "kiln_cuda_module_load: out of memory");
   log[0] = '\0';
   values[0] = log;
   values[1] = (void*)(uintptr_t)sizeof log;
@@ -309,7 +300,7 @@ kiln_status_t kiln_cuda_module_load(kiln_cuda_device_t* device, const char* ptx,
     if (device->cu.cuGetErrorString(r, &text) != 0 || text == NULL) text = "unknown error";
     log[sizeof log - 1] = '\0';
     free(m);
-    return kiln_cuda_fail(KILN_ERR_INVALID_FORMAT, "cuda:%d: loading the PTX failed: %s (CUDA error "
+    return kiln_ext_fail(KILN_ERR_INVALID_FORMAT, "cuda:%d: loading the PTX failed: %s (CUDA error "
                           "%d)%s%s", device->ordinal, text, r, log[0] ? ": " : "", log);
   }
   m->device = device;
@@ -331,10 +322,10 @@ kiln_status_t kiln_cuda_module_kernel(kiln_cuda_module_t* module, const char* na
   CUfunction fn = NULL;
   kiln_status_t st;
   if (module == NULL || name == NULL || out_kernel == NULL)
-    return kiln_cuda_fail(KILN_ERR_INVALID_ARGUMENT, "kiln_cuda_module_kernel: NULL argument");
+    return kiln_ext_fail(KILN_ERR_INVALID_ARGUMENT, "kiln_cuda_module_kernel: NULL argument");
   if ((st = kiln_cuda_enter(module->device, "kiln_cuda_module_kernel")) != KILN_OK) return st;
   if (module->device->cu.cuModuleGetFunction(&fn, module->mod, name) != 0 || fn == NULL)
-    return kiln_cuda_fail(KILN_ERR_NOT_FOUND, "cuda:%d: the module has no kernel '%s'",
+    return kiln_ext_fail(KILN_ERR_NOT_FOUND, "cuda:%d: the module has no kernel '%s'",
                           module->device->ordinal, name);
   *out_kernel = fn;
   return KILN_OK;
@@ -344,7 +335,7 @@ kiln_status_t kiln_cuda_launch(kiln_cuda_device_t* device, void* kernel, const u
                                const uint32_t block[3], uint32_t shared_bytes, void** params) {
   kiln_status_t st;
   if (kernel == NULL || grid == NULL || block == NULL)
-    return kiln_cuda_fail(KILN_ERR_INVALID_ARGUMENT, "kiln_cuda_launch: NULL argument");
+    return kiln_ext_fail(KILN_ERR_INVALID_ARGUMENT, "kiln_cuda_launch: NULL argument");
   if ((st = kiln_cuda_enter(device, "kiln_cuda_launch")) != KILN_OK) return st;
   if (grid[0] == 0 || grid[1] == 0 || grid[2] == 0) return KILN_OK; /* nothing to run */
   return kiln_cu_check(device, device->cu.cuLaunchKernel((CUfunction)kernel, grid[0], grid[1],

@@ -1,23 +1,14 @@
 /* String tensors (validation, a builder) and the string kernels of kiln_strings.h. */
 #define _POSIX_C_SOURCE 200809L
 #include <regex.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kiln_strings.h"
+#include "../src/ext_error.h"
 
 #define REC ((uint64_t)sizeof(kiln_str_t))
-
-static kiln_status_t fail(kiln_status_t st, const char* fmt, ...) {
-  char msg[512];
-  va_list ap;
-  va_start(ap, fmt);
-  vsnprintf(msg, sizeof msg, fmt, ap);
-  va_end(ap);
-  return kiln_set_last_error(st, msg);
-}
 
 static const kiln_str_t* recs(const void* block) { return (const kiln_str_t*)block; }
 static const char* bytes_of(const void* block, uint64_t i) {
@@ -49,19 +40,19 @@ static unsigned utf8_seq(const unsigned char* s, uint64_t n) {
 kiln_status_t kiln_str_validate(const void* block, uint64_t nbytes, uint64_t count) {
   uint64_t i, j;
   if (count == 0) return KILN_OK;
-  if (!block) return fail(KILN_ERR_INVALID_ARGUMENT, "string tensor: NULL block with %llu elements",
+  if (!block) return kiln_ext_fail(KILN_ERR_INVALID_ARGUMENT, "string tensor: NULL block with %llu elements",
                           (unsigned long long)count);
   if ((uintptr_t)block % 8)
-    return fail(KILN_ERR_INVALID_ARGUMENT, "string tensor: block not 8-byte aligned");
+    return kiln_ext_fail(KILN_ERR_INVALID_ARGUMENT, "string tensor: block not 8-byte aligned");
   if (count > nbytes / REC)
-    return fail(KILN_ERR_INVALID_FORMAT,
+    return kiln_ext_fail(KILN_ERR_INVALID_FORMAT,
                 "string tensor: %llu elements need %llu bytes of records, the block has %llu",
                 (unsigned long long)count, (unsigned long long)count * REC, (unsigned long long)nbytes);
   for (i = 0; i < count; i++) {
     uint64_t off = recs(block)[i].offset, len = recs(block)[i].length;
     const unsigned char* s;
     if (off < count * REC || off > nbytes || len > nbytes - off)
-      return fail(KILN_ERR_INVALID_FORMAT,
+      return kiln_ext_fail(KILN_ERR_INVALID_FORMAT,
                   "string tensor: element %llu (offset %llu, length %llu) lies outside the "
                   "string bytes [%llu, %llu) of its block",
                   (unsigned long long)i, (unsigned long long)off, (unsigned long long)len,
@@ -70,7 +61,7 @@ kiln_status_t kiln_str_validate(const void* block, uint64_t nbytes, uint64_t cou
     for (j = 0; j < len;) {
       unsigned k = utf8_seq(s + j, len - j);
       if (!k)
-        return fail(KILN_ERR_INVALID_FORMAT,
+        return kiln_ext_fail(KILN_ERR_INVALID_FORMAT,
                     "string tensor: element %llu is not UTF-8 (byte %llu of it, 0x%02x)",
                     (unsigned long long)i, (unsigned long long)j, s[j]);
       j += k;
@@ -92,9 +83,9 @@ typedef struct {
 static kiln_status_t builder_init(builder_t* b, uint64_t count) {
   memset(b, 0, sizeof *b);
   b->count = count;
-  if (count > (UINT64_MAX / 2) / REC) return fail(KILN_ERR_INVALID_ARGUMENT, "string tensor: too many elements");
+  if (count > (UINT64_MAX / 2) / REC) return kiln_ext_fail(KILN_ERR_INVALID_ARGUMENT, "string tensor: too many elements");
   b->rec = calloc(count ? count : 1, sizeof(kiln_str_t));
-  if (!b->rec) return fail(KILN_ERR_OUT_OF_MEMORY, "string tensor: out of memory");
+  if (!b->rec) return kiln_ext_fail(KILN_ERR_OUT_OF_MEMORY, "string tensor: out of memory");
   return KILN_OK;
 }
 
@@ -106,7 +97,7 @@ static kiln_status_t builder_set(builder_t* b, uint64_t i, const char* s, uint64
     char* p;
     while (cap < b->size + n + m) cap *= 2;
     p = realloc(b->data, cap);
-    if (!p) return fail(KILN_ERR_OUT_OF_MEMORY, "string tensor: out of memory");
+    if (!p) return kiln_ext_fail(KILN_ERR_OUT_OF_MEMORY, "string tensor: out of memory");
     b->data = p, b->cap = cap;
   }
   b->rec[i].offset = b->size;
@@ -128,7 +119,7 @@ static kiln_status_t builder_finish(builder_t* b, void** out_block, uint64_t* ou
   char* block = malloc(head + b->size ? head + b->size : 1);
   if (!block) {
     builder_drop(b);
-    return fail(KILN_ERR_OUT_OF_MEMORY, "string tensor: out of memory");
+    return kiln_ext_fail(KILN_ERR_OUT_OF_MEMORY, "string tensor: out of memory");
   }
   for (i = 0; i < b->count; i++) b->rec[i].offset += head;
   if (head) memcpy(block, b->rec, head);
@@ -162,9 +153,9 @@ static void broadcast_index(int64_t i, int32_t ndim, const int64_t* shape, const
 
 static kiln_status_t check_shape(const char* what, int32_t ndim, const int64_t* shape) {
   int32_t d;
-  if (ndim < 0 || (ndim > 0 && !shape)) return fail(KILN_ERR_INVALID_ARGUMENT, "%s: bad shape", what);
+  if (ndim < 0 || (ndim > 0 && !shape)) return kiln_ext_fail(KILN_ERR_INVALID_ARGUMENT, "%s: bad shape", what);
   for (d = 0; d < ndim; d++)
-    if (shape[d] < 0) return fail(KILN_ERR_INVALID_ARGUMENT, "%s: negative extent %lld", what,
+    if (shape[d] < 0) return kiln_ext_fail(KILN_ERR_INVALID_ARGUMENT, "%s: negative extent %lld", what,
                                   (long long)shape[d]);
   return KILN_OK;
 }
@@ -228,7 +219,7 @@ static const char* escape_class(char c) {
 }
 
 static kiln_status_t refuse(const char* re2, size_t at, const char* what) {
-  return fail(KILN_ERR_UNSUPPORTED,
+  return kiln_ext_fail(KILN_ERR_UNSUPPORTED,
               "RegexFullMatch: pattern '%s' uses %s at byte %zu, which POSIX extended regular "
               "expressions (regex.h) cannot express", re2, what, at);
 }
@@ -285,7 +276,7 @@ static kiln_status_t translate_bracket(const char* re2, size_t* i, sbuf_t* s) {
   if (!re2[j]) return refuse(re2, *i, "an unterminated bracket");
   if (!put(s, "[") || (negate && !put(s, "^")) || (close && !put(s, "]")) || !put(s, mid) ||
       (caret && !put(s, "^")) || (dash && !put(s, "-")) || !put(s, "]"))
-    return fail(KILN_ERR_INVALID_ARGUMENT, "RegexFullMatch: pattern too long");
+    return kiln_ext_fail(KILN_ERR_INVALID_ARGUMENT, "RegexFullMatch: pattern too long");
   if (m == 0 && !close && !dash && !caret) return refuse(re2, *i, "an empty bracket");
   *i = j;
   return KILN_OK;
@@ -294,9 +285,9 @@ static kiln_status_t translate_bracket(const char* re2, size_t* i, sbuf_t* s) {
 kiln_status_t kiln_str_regex_translate(const char* re2, char* out, size_t out_cap) {
   sbuf_t s = {out, 0, out_cap};
   size_t i;
-  if (!re2 || !out || out_cap == 0) return fail(KILN_ERR_INVALID_ARGUMENT, "RegexFullMatch: NULL pattern");
+  if (!re2 || !out || out_cap == 0) return kiln_ext_fail(KILN_ERR_INVALID_ARGUMENT, "RegexFullMatch: NULL pattern");
   out[0] = 0;
-  if (!put(&s, "^(")) return fail(KILN_ERR_INVALID_ARGUMENT, "RegexFullMatch: pattern too long");
+  if (!put(&s, "^(")) return kiln_ext_fail(KILN_ERR_INVALID_ARGUMENT, "RegexFullMatch: pattern too long");
   for (i = 0; re2[i]; i++) {
     char c = re2[i], lit[3] = {0, 0, 0};
     char cls[16];
@@ -335,9 +326,9 @@ kiln_status_t kiln_str_regex_translate(const char* re2, char* out, size_t out_ca
     } else {
       lit[0] = c;
     }
-    if (!put(&s, add)) return fail(KILN_ERR_INVALID_ARGUMENT, "RegexFullMatch: pattern too long");
+    if (!put(&s, add)) return kiln_ext_fail(KILN_ERR_INVALID_ARGUMENT, "RegexFullMatch: pattern too long");
   }
-  if (!put(&s, ")$")) return fail(KILN_ERR_INVALID_ARGUMENT, "RegexFullMatch: pattern too long");
+  if (!put(&s, ")$")) return kiln_ext_fail(KILN_ERR_INVALID_ARGUMENT, "RegexFullMatch: pattern too long");
   return KILN_OK;
 }
 
@@ -351,7 +342,7 @@ kiln_status_t kiln_str_regex_full_match(const void* x, uint64_t count, const cha
   if ((rc = regcomp(&rx, ere, REG_EXTENDED | REG_NOSUB))) {
     char why[256];
     regerror(rc, &rx, why, sizeof why);
-    return fail(KILN_ERR_INVALID_ARGUMENT, "RegexFullMatch: pattern '%s' (as POSIX '%s'): %s", re2,
+    return kiln_ext_fail(KILN_ERR_INVALID_ARGUMENT, "RegexFullMatch: pattern '%s' (as POSIX '%s'): %s", re2,
                 ere, why);
   }
   for (i = 0; i < count; i++) { /* regexec wants NUL-terminated text */
@@ -361,7 +352,7 @@ kiln_status_t kiln_str_regex_full_match(const void* x, uint64_t count, const cha
       if (!p) {
         free(tmp);
         regfree(&rx);
-        return fail(KILN_ERR_OUT_OF_MEMORY, "RegexFullMatch: out of memory");
+        return kiln_ext_fail(KILN_ERR_OUT_OF_MEMORY, "RegexFullMatch: out of memory");
       }
       tmp = p, cap = n + 1;
     }
@@ -396,7 +387,7 @@ kiln_status_t kiln_str_normalize(const void* x, uint64_t count, int32_t case_act
   uint64_t i, k, kept = 0;
   kiln_status_t st;
   if (case_action < 0 || case_action > 2)
-    return fail(KILN_ERR_INVALID_ARGUMENT, "StringNormalizer: case_change_action %d (0 NONE, 1 LOWER, 2 UPPER)",
+    return kiln_ext_fail(KILN_ERR_INVALID_ARGUMENT, "StringNormalizer: case_change_action %d (0 NONE, 1 LOWER, 2 UPPER)",
                 (int)case_action);
   if ((st = builder_init(&b, count ? count : 1))) return st;
   for (i = 0; i < count; i++) {
@@ -498,7 +489,7 @@ kiln_status_t kiln_str_split(const void* x, uint64_t count, const char* delim, i
     if ((uint64_t)num_splits[i] > width) width = (uint64_t)num_splits[i];
   }
   if (width && count > UINT64_MAX / REC / width)
-    return fail(KILN_ERR_INVALID_ARGUMENT, "StringSplit: %llu x %llu tokens overflow",
+    return kiln_ext_fail(KILN_ERR_INVALID_ARGUMENT, "StringSplit: %llu x %llu tokens overflow",
                 (unsigned long long)count, (unsigned long long)width);
   if ((st = builder_init(&b, count * width))) return st; /* calloc: the padding is "" */
   for (i = 0; i < count; i++) {
@@ -537,7 +528,7 @@ kiln_status_t kiln_str_take(const void* src, uint64_t num_src, const int64_t* in
   kiln_status_t st;
   for (i = 0; i < count; i++)
     if (index[i] >= (int64_t)num_src)
-      return fail(KILN_ERR_INVALID_ARGUMENT, "kiln_str_take: index %lld of element %llu >= %llu strings",
+      return kiln_ext_fail(KILN_ERR_INVALID_ARGUMENT, "kiln_str_take: index %lld of element %llu >= %llu strings",
                   (long long)index[i], (unsigned long long)i, (unsigned long long)num_src);
   if ((st = builder_init(&b, count))) return st;
   for (i = 0; i < count; i++) {

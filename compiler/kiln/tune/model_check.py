@@ -216,5 +216,5 @@ def check_model(mod, target, threads: int, ctx, db: str, executor, report, items
                       "with it (the default stays)")
             k.best_s, k.best_decisions = k.default_s, dict(k.default_decisions)
     for lay in report.layers:
-        if getattr(lay, "workload", "") in dropped:
+        if lay.workload in dropped:
             lay.kept = False

@@ -132,7 +132,7 @@ class TuneReport:
                             f" -> {describe(lay.decision, pick)}"
                             + (" (the default)" if pick == lay.default else
                                f" (the default: {describe(lay.decision, lay.default)})"))
-                         + ("" if getattr(lay, "kept", True) else
+                         + ("" if lay.kept else
                             "; not kept: the end-to-end check kept the default"))
         d, b = self.default_model_s, self.best_model_s
         if d is not None:
