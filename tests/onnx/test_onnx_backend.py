@@ -26,6 +26,7 @@ import pytest
 onnx = pytest.importorskip("onnx")
 import onnx.backend.test  # noqa: E402
 
+import node_cases  # noqa: E402
 from kiln.frontend.onnx.backend import KilnBackend  # noqa: E402
 
 HERE = os.path.dirname(__file__)
@@ -60,6 +61,7 @@ def the_runtime_way(test):
     return run
 
 
+node_cases.install()  # the node cases are built once, not once per pytest worker
 backend_test = onnx.backend.test.BackendTest(KilnBackend, __name__)
 _cases = backend_test.test_cases
 OnnxBackendNodeModelTest = _cases["OnnxBackendNodeModelTest"]

@@ -26,6 +26,7 @@ machine's baseline; ``+v``, ``+sve`` and friends are not checked yet).
 """
 from __future__ import annotations
 
+import functools
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from .target import Target, parse_target
@@ -200,13 +201,21 @@ def required_features(target) -> List[str]:
     """The CPU features code compiled for ``target`` may use, in ``FEATURES`` order (x86-64),
     or the target's ``+`` features in its order (other architectures)."""
     t = parse_target(target)
+    return list(_required_features(t))
+
+
+# Every compile asks for its target's features (and its check's IR) once or twice: ~10 ms of
+# feature closures and IR text each time, for the few targets a process uses. Targets are
+# frozen dataclasses, so they key the caches.
+@functools.lru_cache(maxsize=64)
+def _required_features(t: Target) -> Tuple[str, ...]:
     entries = [e.strip() for e in t.features.split(",") if e.strip()]
     if not is_x86_64(t):
-        return [e[1:] for e in entries if e[0] == "+"]
+        return tuple(e[1:] for e in entries if e[0] == "+")
     enabled: set = set()
     _apply(enabled, ["+" + f for f in _CPU_FEATURES.get(t.cpu, [])])
     _apply(enabled, entries)
-    return [f for f in FEATURES if f in enabled]
+    return tuple(f for f in FEATURES if f in enabled)
 
 
 # ---- the generated check ------------------------------------------------------------------------
@@ -323,7 +332,11 @@ def check_function_ir(features: Sequence[str], fn_name: str, message=None) -> st
 def library_ir(target) -> str:
     """LLVM IR text to add to a library's table module for ``target``: ``kiln_cpu_features``,
     and on x86-64 when any feature is needed, the check and ``kiln_cpu_check`` pointing to it."""
-    t = parse_target(target)
+    return _library_ir(parse_target(target))
+
+
+@functools.lru_cache(maxsize=64)
+def _library_ir(t: Target) -> str:
     feats = required_features(t)
     n, body = _c_string(",".join(feats))
     out = [f'@{FEATURES_SYMBOL} = constant [{n} x i8] c"{body}"\n']
