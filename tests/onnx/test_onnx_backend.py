@@ -74,15 +74,6 @@ NODE_TESTS = sorted(n[:-len("_cpu")] for n in dir(OnnxBackendNodeModelTest)
 for _name in [n for n in dir(OnnxBackendNodeModelTest) if n.startswith("test_") and n.endswith("_cuda")]:
     delattr(OnnxBackendNodeModelTest, _name)
 
-# Node tests that take far longer than the rest (10 s and more on two busy cores, against a
-# fraction of a second): `make test-fast` (-m "not slow") leaves them out.
-SLOW_NODE_TESTS = {
-    "test_gridsample_bicubic", "test_gridsample_bicubic_align_corners_0_additional_1",
-    "test_gridsample_bicubic_align_corners_1_additional_1",
-    "test_gridsample_volumetric_bilinear_align_corners_0",
-    "test_gridsample_volumetric_bilinear_align_corners_1",
-}
-
 for _name in NODE_TESTS:
     _attr = _name + "_cpu"
     if _name in RUNTIME_PASSING:
@@ -91,15 +82,11 @@ for _name in NODE_TESTS:
         setattr(OnnxBackendNodeModelTest, _attr,
                 pytest.mark.xfail(strict=True, reason=EXPECTED_FAILURES[_name])(
                     getattr(OnnxBackendNodeModelTest, _attr)))
-    if _name in SLOW_NODE_TESTS:
-        setattr(OnnxBackendNodeModelTest, _attr, pytest.mark.slow(getattr(OnnxBackendNodeModelTest, _attr)))
 
 
 def test_expected_failures_name_real_tests():
     unknown = sorted(set(EXPECTED_FAILURES) - set(NODE_TESTS))
     assert not unknown, f"expected_failures.txt names tests that do not exist: {unknown[:10]}"
-    unknown = sorted(SLOW_NODE_TESTS - set(NODE_TESTS))
-    assert not unknown, f"SLOW_NODE_TESTS names tests that do not exist: {unknown}"
     unknown = sorted(RUNTIME_PASSING - set(NODE_TESTS))
     assert not unknown, f"runtime_passing.txt names tests that do not exist: {unknown[:10]}"
     both = sorted(RUNTIME_PASSING & set(EXPECTED_FAILURES))
