@@ -206,7 +206,7 @@ def _corruptions():
     return [
         ("short", lambda b: b[:40], "shorter than the 64-byte header"),
         ("magic", lambda b: b"KILNEXF\0" + b[8:], "bad magic"),
-        ("newer", lambda b: patch(b, 8, "I", 4), "format version 4 is newer than this runtime supports \\(3\\)"),
+        ("newer", lambda b: patch(b, 8, "I", 5), "format version 5 is newer than this runtime supports \\(4\\)"),
         ("version0", lambda b: patch(b, 8, "I", 0), "format_version 0"),
         ("header_size", lambda b: patch(b, 12, "I", 72), "header_size 72"),
         ("truncated", lambda b: b[:-8], "does not match the"),

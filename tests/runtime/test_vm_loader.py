@@ -82,8 +82,8 @@ CASES = {
     "magic": (lambda b: b"KILNEXF\0" + b[8:], "INVALID_FORMAT",
               "=executable: bad magic at offset 0 (not a Kiln executable)"),
     "tiny": (lambda b: b[:10], "INVALID_FORMAT", "blob too small for a header"),
-    "newer": (lambda b: patch(b, 8, "I", 4), "VERSION_MISMATCH",
-              "=executable format version 4 is newer than this runtime supports (3): written by "
+    "newer": (lambda b: patch(b, 8, "I", 5), "VERSION_MISMATCH",
+              "=executable format version 5 is newer than this runtime supports (4): written by "
               f"kiln {kiln.__version__}, this is kiln {kiln.__version__}"),
     "version0": (lambda b: patch(b, 8, "I", 0), "INVALID_FORMAT", "format_version 0 at offset 0x8"),
     "truncated": (lambda b: b[:1000], "INVALID_FORMAT",
