@@ -95,3 +95,34 @@ def test_missing_string_library_is_refused_at_init():
     finally:
         assert lib.kiln_strings_register() == 0
     assert kiln.VirtualMachine(ex, kiln.cpu())["main"](X, Y)[2].numpy().tolist() == [10, 20, 30, -10]
+
+
+def test_string_model_from_c_with_and_without_the_string_library(runtime_make, tmp_path):
+    """strings_model_test.c: the exported model run by a C program over libkiln_runtime.so; init
+    fails naming 'kiln_strings.*' until it loads libkiln_strings.so and calls
+    kiln_strings_register, then the outputs are checked (Equal and StringConcat on UTF-8)."""
+    import pathlib
+    import subprocess
+    nodes = [
+        helper.make_node("Constant", [], ["cat"], value=helper.make_tensor("cat", TensorProto.STRING, [], [b"cat"])),
+        helper.make_node("Equal", ["x", "cat"], ["eq"]),
+        helper.make_node("Constant", [], ["bang"], value=helper.make_tensor("bang", TensorProto.STRING, [1], [b"!"])),
+        helper.make_node("StringConcat", ["x", "bang"], ["w"]),
+    ]
+    graph = helper.make_graph(nodes, "c", [helper.make_tensor_value_info("x", TensorProto.STRING, [3])],
+                              [helper.make_tensor_value_info("eq", TensorProto.BOOL, [3]),
+                               helper.make_tensor_value_info("w", TensorProto.STRING, [3])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    ex = kiln.compile(kiln.get_pipeline("default")(from_onnx(model)[0]), "llvm")
+    ex.export_library(tmp_path / "model.so")
+    runtime_make("strings", copy={"libkiln_strings.so": tmp_path / "libkiln_strings.so",
+                                  "libkiln_runtime.so": tmp_path / "libkiln_runtime.so"})
+    here = pathlib.Path(__file__).resolve().parent
+    exe = tmp_path / "strings_model_test"
+    subprocess.run(["gcc", "-std=c99", "-Wall", "-Wextra", "-Werror", "-g", "-O1",
+                    f"-I{here.parents[1] / 'runtime_c' / 'include'}", str(here / "strings_model_test.c"),
+                    f"-L{tmp_path}", "-lkiln_runtime", f"-Wl,-rpath,{tmp_path}", "-ldl", "-o", str(exe)],
+                   check=True)
+    run = subprocess.run([str(exe), str(tmp_path / "model.so"), str(tmp_path / "libkiln_strings.so")],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and run.stdout.strip() == "ALL OK", run.stdout + run.stderr
