@@ -126,3 +126,32 @@ def test_string_model_from_c_with_and_without_the_string_library(runtime_make, t
     run = subprocess.run([str(exe), str(tmp_path / "model.so"), str(tmp_path / "libkiln_strings.so")],
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0 and run.stdout.strip() == "ALL OK", run.stdout + run.stderr
+
+
+def _chained_model():
+    """StringNormalizer (its length depends on the data) feeding StringSplit (its width too)."""
+    nodes = [helper.make_node("StringNormalizer", ["x"], ["n"], case_change_action="LOWER", stopwords=["the"]),
+             helper.make_node("StringSplit", ["n"], ["t", "c"], delimiter="a", maxsplit=1)]
+    graph = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.STRING, [5])],
+                              [helper.make_tensor_value_info("t", TensorProto.STRING, None),
+                               helper.make_tensor_value_info("c", TensorProto.INT64, None)])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+
+
+def test_data_sized_outputs_chained_match_the_onnx_reference():
+    from onnx.reference import ReferenceEvaluator
+    model = _chained_model()
+    x = np.array(["BANANA", "The", "xyz", "the", "Alpha"], dtype=object)
+    t, c = _vm(model)["main"](x)
+    et, ec = ReferenceEvaluator(model).run(None, {"x": x})
+    assert t.numpy().tolist() == et.tolist() and t.shape == et.shape == (3, 2)
+    np.testing.assert_array_equal(c.numpy(), ec)
+
+
+@pytest.mark.parametrize("make", [_mixed_model, _chained_model])
+def test_string_module_prints_and_parses_back(make):
+    from kiln.ir.structural import structural_equal
+    mod, _ = from_onnx(make())
+    text = mod.script()
+    assert "R.call_packed(" in text and '"string"' in text
+    assert structural_equal(kiln.script.parse(text), mod)
