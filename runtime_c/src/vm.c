@@ -240,8 +240,9 @@ static kiln_status_t run(vm_module_t* vm, const vm_state_t* state,
         slot = prog->num_kernels + (uint32_t)o[0];
         st = kiln_function_call(state->externs[o[0]], scratch, n, &v);
         if (st != KILN_OK) st = context_error(f, pc, st);
-        else if (packed) set_reg(&regs[in->ops[0]], v);
-        if (!packed) kiln_value_release(&v); /* destination-passing style: the result is not used */
+        /* CALL_EXTERN is destination-passing style: its result (null on failure) is dropped. */
+        if (packed) set_reg(&regs[in->ops[0]], v);
+        else kiln_value_release(&v);
         break;
       }
       case KILN_OP_MAKE_TUPLE: {

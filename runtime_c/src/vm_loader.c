@@ -127,16 +127,15 @@ static kiln_status_t read_string(cursor_t* c, const kiln_vm_program_t* p, const 
   return KILN_OK;
 }
 
-/* allow_vector 2: a graph function's parameter, which may also be a string tensor (format 4,
- * docs/strings.md: opaque 128-bit records, read only by the string library's functions). */
+/* allow_vector 2: a graph function's parameter, which may also be a string tensor
+ * (kiln_dtype_supported). */
 static kiln_status_t read_dtype(cursor_t* c, int allow_vector, DLDataType* out) {
   uint64_t code, bits, lanes;
   READ(c, 1, "dtype_code", code);
   READ(c, 1, "dtype_bits", bits);
   READ(c, 2, "dtype_lanes", lanes);
   DLDataType dt = {(uint8_t)code, (uint8_t)bits, (uint16_t)lanes};
-  if (!(allow_vector == 2 && code == kDLOpaqueHandle && bits == 128 && lanes == 1) &&
-      !kiln_dtype_supported(dt.code, dt.bits, dt.lanes, allow_vector)) {
+  if (!kiln_dtype_supported(dt.code, dt.bits, dt.lanes, allow_vector)) {
     char name[KILN_SMALL_STRING];
     kiln_format_dtype(name, sizeof name, dt);
     return fail(c, BAD, "unsupported dtype %s", name);
