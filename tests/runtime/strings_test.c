@@ -84,7 +84,7 @@ static kiln_value_t tensor_value(kiln_tensor_t* t) {
   return v;
 }
 
-static kiln_tensor_t* strings_of(const char* const* s, uint64_t n, const int64_t* shape, int32_t ndim) {
+static kiln_tensor_t* strings_of(const char** s, uint64_t n, const int64_t* shape, int32_t ndim) {
   uint64_t nbytes;
   uint64_t* b = make(s, n, &nbytes);
   kiln_tensor_t* t = NULL;
