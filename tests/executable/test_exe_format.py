@@ -174,6 +174,14 @@ GOOD_RET = [I(Op.RET, [0])]
     (fn(GOOD_RET, params=[ParamSpec("x", "float32", [-3])]), [], "negative dimension"),
     (fn(GOOD_RET, params=[ParamSpec("x", "complex64", [3])]), [], "unknown dtype"),
     (fn(GOOD_RET), [np.zeros(2, dtype="complex64")], "constant 0: unsupported dtype"),
+    # CALL_PACKED (version 4): dst, extern, nargs, args; string parameters (docs/strings.md)
+    (fn([I(Op.CALL_PACKED, [1, 0, 1, 0])] + GOOD_RET), [], None),
+    (fn([I(Op.CALL_PACKED, [9, 0, 1, 0])] + GOOD_RET), [], "dst register 9"),
+    (fn([I(Op.CALL_PACKED, [1, 3, 1, 0])] + GOOD_RET), [], "extern index 3 out of range"),
+    (fn([I(Op.CALL_PACKED, [1, 0, 1, 8])] + GOOD_RET), [], "argument register 8"),
+    (fn([I(Op.CALL_PACKED, [1, 0, 2, 0])] + GOOD_RET), [], "operand"),
+    (fn(GOOD_RET, params=[ParamSpec("s", "string", [3])]), [], None),
+    (fn(GOOD_RET), [np.array(["a"], dtype=object)], "constant 0: unsupported dtype"),
 ])
 def test_spec_checks(function, constants, message):
     spec = spec_with(function, constants=constants)

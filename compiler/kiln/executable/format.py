@@ -605,7 +605,8 @@ def validate(spec: ExecutableSpec) -> None:
         raise FormatError(f"duplicate function names {sorted(dup)}")
     for k, c in enumerate(spec.constants):
         try:
-            dt.from_numpy(np.asarray(c).dtype)
+            if dt.from_numpy(np.asarray(c).dtype) == "string":   # stored as uint8 blocks
+                raise ValueError("string")
         except ValueError:
             raise FormatError(f"constant {k}: unsupported dtype {np.asarray(c).dtype}") from None
         if np.ndim(c) > MAX_NDIM:
