@@ -137,6 +137,9 @@ CASES = {
     "const nbytes": (lambda b: patch(b, _const0(b) + 24, "Q", 28), "INVALID_FORMAT",
                      "section 4 (CONSTANTS) entry 0: nbytes 28 does not match shape (8,) of float32"),
     "const dim": (lambda b: patch(b, _const0(b) + 8, "q", -8), "INVALID_FORMAT", "dimension 0 is negative"),
+    # the string dtype (opaque handle, 128 bits) is for graph function parameters only
+    "const string": (lambda b: patch(patch(b, _const0(b), "B", 3), _const0(b) + 1, "B", 128), "INVALID_FORMAT",
+                     "unsupported dtype handle128"),
     "const dtype": (lambda b: patch(b, _const0(b), "B", 9), "INVALID_FORMAT",
                     "section 4 (CONSTANTS) entry 0: unsupported dtype float8_e4m3"),
     "const vector": (lambda b: patch(b, _const0(b) + 2, "H", 4), "INVALID_FORMAT", "unsupported dtype float32x4"),
