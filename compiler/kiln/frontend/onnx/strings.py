@@ -9,16 +9,13 @@ constants.
 """
 from __future__ import annotations
 
-import itertools
+import re
 
 import numpy as np
 
 from ...ir.expr import Var
 from ...ir.graph import TensorType, TupleGetItem, TupleType, call_packed
 from .common import Unsupported, converter, dtype, ndim
-
-_FRESH = itertools.count()
-
 
 def is_string(e) -> bool:
     return e is not None and getattr(e.ty, "dtype", None) == "string"
@@ -62,8 +59,9 @@ def _is_one(d) -> bool:
     return getattr(d, "value", d) == 1
 
 
-def _fresh(what):
-    return Var(f"{what}{next(_FRESH)}", "int64")
+def _data_dim(node, what):
+    """The symbolic dimension only the run fixes, named after the node's output: ``t_width``."""
+    return Var(re.sub(r"\W", "_", f"{node.output[0]}_{what}"), "int64")
 
 
 def _text_const(ctx, values):
@@ -115,7 +113,7 @@ def string_normalizer(ctx, node, ins, attrs):
     if attrs.get("locale") not in (None, "", "en_US", "C"):
         raise Unsupported(f"locale={attrs['locale']!r}: case changes are ASCII only")
     stop = _text_const(ctx, np.array(list(attrs.get("stopwords", [])), dtype=object).reshape(-1))
-    n = _fresh("normalized")
+    n = _data_dim(node, "len")
     out = TensorType((n,) if ndim(x) == 1 else (1, n), "string")
     return _call(ctx, "normalize", (x, stop, _int_const(ctx, action),
                                     _int_const(ctx, int(attrs.get("is_case_sensitive", 0)))), out)
@@ -128,7 +126,7 @@ def string_split(ctx, node, ins, attrs):
     _require_strings(x, op="StringSplit")
     delim = attrs.get("delimiter") or ""
     maxsplit = attrs.get("maxsplit")
-    ty = TupleType((TensorType(_shape(x) + (_fresh("split_width"),), "string"), TensorType(_shape(x), "int64")))
+    ty = TupleType((TensorType(_shape(x) + (_data_dim(node, "width"),), "string"), TensorType(_shape(x), "int64")))
     var = _call(ctx, "split", (x, _text_const(ctx, delim), _int_const(ctx, -1 if maxsplit is None else maxsplit)), ty)
     return tuple(ctx.fb.emit(TupleGetItem(var, i)) for i in range(2))
 
