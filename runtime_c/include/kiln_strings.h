@@ -88,7 +88,10 @@ KILN_API kiln_status_t kiln_str_take(const void* src, uint64_t num_src, const in
  * record per element, so the tensor's shape is the string tensor's shape and its data the start
  * of a block that owns the string bytes after the records. The core runtime holds, copies and
  * frees it like any tensor; only this library reads it. It has no DLPack form (the bindings
- * refuse to export it), and a kernel of a compiled model refuses it (dtype mismatch). */
+ * refuse to export it), and a kernel of a compiled model refuses it (dtype mismatch). Make one
+ * with kiln_str_tensor_from_block, which validates every byte; one wrapped by hand
+ * (kiln_tensor_wrap with this dtype) must have its records inside its allocation, which, like
+ * any DLTensor's data pointer, cannot be checked (its UTF-8 and record layout are). */
 #define KILN_STR_DTYPE_CODE 3   /* kDLOpaqueHandle */
 #define KILN_STR_DTYPE_BITS 128 /* one kiln_str_t record */
 
