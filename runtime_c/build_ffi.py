@@ -20,10 +20,14 @@ import cffi
 ROOT = os.path.dirname(os.path.abspath(__file__))
 INCLUDE = os.path.join(ROOT, "include")
 SRC = os.path.join(ROOT, "src")
-HEADERS = ["dlpack.h", "kiln_kernel_abi.h", "kiln_runtime.h", "kiln_cuda.h"]
+HEADERS = ["dlpack.h", "kiln_kernel_abi.h", "kiln_runtime.h", "kiln_cuda.h", "kiln_strings.h"]
 # The optional CUDA device (dlopens the driver only when a device is opened); the Python binding
 # links it in, the shared runtime does not (runtime_c/Makefile builds it as libkiln_cuda.so).
 CUDA_SOURCES = [os.path.join(ROOT, "cuda", "kiln_cuda.c"), os.path.join(ROOT, "cuda", "kiln_cuda_executable.c")]
+# The string tensors and the string operators' functions (docs/strings.md), likewise: the binding
+# links them in and registers them when it loads (kiln_strings_register), so the functions share
+# the binding's runtime (its registry and last error); C programs link libkiln_strings.so.
+STRING_SOURCES = [os.path.join(ROOT, "strings", "kiln_strings.c"), os.path.join(ROOT, "strings", "kiln_strings_vm.c")]
 PACKAGE_DIR = os.path.join(os.path.dirname(ROOT), "compiler", "kiln")
 BUILD_ROOT = os.path.join(ROOT, "build")
 
@@ -44,6 +48,7 @@ extern "Python" void kiln_py_callback_delete(void* ctx);
 GLUE_SOURCE = r"""
 #include "kiln_runtime.h"
 #include "kiln_cuda.h"
+#include "kiln_strings.h"
 
 /* Static, so a capsule's name outlives any Python object. Index: versioned, used. */
 static const char* const kiln_py_names[2][2] = {
@@ -123,7 +128,7 @@ def make_ffibuilder():
     cdef = "\n".join(header_cdef(open(os.path.join(INCLUDE, h)).read()) for h in HEADERS)
     ffibuilder = cffi.FFI()
     ffibuilder.cdef(cdef + GLUE_CDEF)
-    sources = sorted(os.path.join(SRC, f) for f in os.listdir(SRC) if f.endswith(".c")) + CUDA_SOURCES
+    sources = sorted(os.path.join(SRC, f) for f in os.listdir(SRC) if f.endswith(".c")) + CUDA_SOURCES + STRING_SOURCES
     ffibuilder.set_source(
         "kiln._ffi",
         GLUE_SOURCE,

@@ -108,6 +108,8 @@ struct DataType {
 
   std::string ToString() const {
     if (dl.code == kDLBool && dl.bits == 8 && dl.lanes == 1) return "bool";
+    // A string tensor (docs/strings.md): opaque 128-bit records into a block of text.
+    if (dl.code == kDLOpaqueHandle && dl.bits == 128 && dl.lanes == 1) return "string";
     const char* base = dl.code == kDLInt     ? "int"
                        : dl.code == kDLUInt  ? "uint"
                        : dl.code == kDLFloat ? "float"
@@ -242,7 +244,11 @@ class NDArray {
     if (dtype() != want)
       detail::Fail(KILN_ERR_DTYPE_MISMATCH, "kiln::NDArray::data: tensor has dtype " +
                                                 dtype().ToString() + ", asked for " +
-                                                want.ToString());
+                                                want.ToString() +
+                                                (dtype().ToString() == "string"
+                                                     ? " (the C++ binding does not map string "
+                                                       "tensors yet; see docs/strings.md)"
+                                                     : ""));
     return static_cast<T*>(raw_data());
   }
   /// A copy of the elements in row-major order (the tensor must be contiguous).

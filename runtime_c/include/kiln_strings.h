@@ -81,6 +81,45 @@ KILN_API kiln_status_t kiln_str_take(const void* src, uint64_t num_src, const in
                                      uint64_t count, const char* dflt, uint64_t dflt_len,
                                      void** out_block, uint64_t* out_nbytes);
 
+/* ---- string tensors as runtime values (kiln_strings_vm.c) -----------------------------------
+ *
+ * A string tensor value is a kiln tensor (KILN_VALUE_TENSOR) of dtype {KILN_STR_DTYPE_CODE,
+ * KILN_STR_DTYPE_BITS, 1}: DLPack's opaque-handle code with 128-bit elements, one kiln_str_t
+ * record per element, so the tensor's shape is the string tensor's shape and its data the start
+ * of a block that owns the string bytes after the records. The core runtime holds, copies and
+ * frees it like any tensor; only this library reads it. It has no DLPack form (the bindings
+ * refuse to export it), and a kernel of a compiled model refuses it (dtype mismatch). Make one
+ * with kiln_str_tensor_from_block, which validates every byte; one wrapped by hand
+ * (kiln_tensor_wrap with this dtype) must have its records inside its allocation, which, like
+ * any DLTensor's data pointer, cannot be checked (its UTF-8 and record layout are). */
+#define KILN_STR_DTYPE_CODE 3   /* kDLOpaqueHandle */
+#define KILN_STR_DTYPE_BITS 128 /* one kiln_str_t record */
+
+/* Non-zero when `t` (may be NULL) has the string dtype. */
+KILN_API int32_t kiln_str_is_tensor(const DLTensor* t);
+
+/* A new string tensor of `shape` (ndim entries, borrowed) holding a validated copy of `block`
+ * (nbytes, borrowed). *out_tensor is one reference owned by the caller. Errors:
+ * KILN_ERR_INVALID_ARGUMENT, KILN_ERR_INVALID_FORMAT (kiln_str_validate's), KILN_ERR_OUT_OF_MEMORY. */
+KILN_API kiln_status_t kiln_str_tensor_from_block(const void* block, uint64_t nbytes,
+                                                  const int64_t* shape, int32_t ndim,
+                                                  kiln_tensor_t** out_tensor);
+
+/* The block of a string tensor (borrowed: valid while the caller holds the tensor), its size
+ * (up to the end of its furthest element) and its element count, after kiln_str_validate.
+ * Errors: KILN_ERR_DTYPE_MISMATCH (not a string tensor), KILN_ERR_INVALID_ARGUMENT (not compact,
+ * not on the cpu), KILN_ERR_INVALID_FORMAT. */
+KILN_API kiln_status_t kiln_str_tensor_block(kiln_tensor_t* tensor, const void** out_block,
+                                             uint64_t* out_nbytes, uint64_t* out_count);
+
+/* Registers the external functions that compiled models with string operators call (format
+ * version 4, CALL_PACKED): kiln_strings.from_block, .equal, .concat, .regex_full_match,
+ * .normalize, .split, .index and .take, replacing earlier registrations. Call it once before
+ * init of such a model's VM; without it init fails with "init: external function
+ * 'kiln_strings.equal' is not registered". The Python binding calls it when it loads. Errors:
+ * KILN_ERR_OUT_OF_MEMORY. */
+KILN_API kiln_status_t kiln_strings_register(void);
+
 #ifdef __cplusplus
 }
 #endif

@@ -191,7 +191,8 @@ void kiln_function_init(kiln_function_t* function, const kiln_function_vtable_t*
 /* ---- kernel libraries (library.c) ---------------------------------------------------------- */
 
 /* The dtypes codegen emits and the loaders accept: int/uint 8-64, float 16-64, bfloat16, float8,
- * float4, bool (8 bits); `lanes` must be 1 unless allow_vector. */
+ * float4, bool (8 bits); `lanes` must be 1 unless allow_vector. allow_vector 2 (a graph
+ * function's parameter) also accepts the string dtype (opaque handle, 128 bits, 1 lane). */
 int kiln_dtype_supported(uint8_t code, uint8_t bits, uint16_t lanes, int allow_vector);
 
 /* Checks `args` against the parameters of `k` exactly as a kernel call does (count, kind,

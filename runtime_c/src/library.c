@@ -38,6 +38,9 @@ int kiln_dtype_supported(uint8_t code, uint8_t bits, uint16_t lanes, int allow_v
     case kDLFloat: return bits == 16 || bits == 32 || bits == 64;
     case kDLBfloat: return bits == 16;
     case kDLBool: return bits == 8;
+    /* A string tensor (docs/strings.md: opaque 128-bit records), as a graph function's
+     * parameter only (allow_vector 2): no kernel, constant or allocation has this dtype. */
+    case kDLOpaqueHandle: return allow_vector == 2 && bits == 128 && lanes == 1;
     /* float8 e4m3fn, e4m3fnuz, e5m2, e5m2fnuz, e8m0fnu: consecutive codes (one compare, no
      * table); float4_e2m1fn packed like int4, scalar only */
     default:

@@ -231,13 +231,18 @@ static kiln_status_t run(vm_module_t* vm, const vm_state_t* state,
         if (st != KILN_OK) st = context_error(f, pc, st);
         break;
       }
-      case KILN_OP_CALL_EXTERN: {
+      case KILN_OP_CALL_EXTERN:
+      case KILN_OP_CALL_PACKED: { /* CALL_PACKED: dst first; the function's result goes there */
+        int packed = in->op == KILN_OP_CALL_PACKED;
+        o += packed;
         int32_t n = (int32_t)o[1];
         for (int32_t j = 0; j < n; ++j) scratch[j] = regs[o[2 + j]];
         slot = prog->num_kernels + (uint32_t)o[0];
         st = kiln_function_call(state->externs[o[0]], scratch, n, &v);
         if (st != KILN_OK) st = context_error(f, pc, st);
-        kiln_value_release(&v); /* destination-passing style: the result is not used */
+        /* CALL_EXTERN is destination-passing style: its result (null on failure) is dropped. */
+        if (packed) set_reg(&regs[in->ops[0]], v);
+        else kiln_value_release(&v);
         break;
       }
       case KILN_OP_MAKE_TUPLE: {

@@ -20,7 +20,8 @@ enum {
   KILN_OP_RET = 9,
   KILN_OP_IF = 10,   /* format version 2 */
   KILN_OP_FREE = 11, /* format version 2 */
-  KILN_NUM_OPCODES = 12 /* opcodes are 1..11 */
+  KILN_OP_CALL_PACKED = 12, /* format version 4: CALL_EXTERN that keeps the function's result */
+  KILN_NUM_OPCODES = 13 /* opcodes are 1..12 */
 };
 
 /* FUNCTIONS entry flags (format version 2). */

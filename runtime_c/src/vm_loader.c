@@ -11,7 +11,8 @@
 
 #include "vm.h"
 
-#define FORMAT_VERSION 3u /* 2 added IF and function flags; 3 derived dims and bounds */
+#define FORMAT_VERSION 4u /* 2 added IF and function flags; 3 derived dims and bounds; 4 CALL_PACKED
+                            * and string parameters */
 #define HEADER_SIZE 64u
 #define SECTION_ENTRY_SIZE 24u
 #define OPTIONAL_SECTION_BASE 0x100u
@@ -32,7 +33,7 @@ const char* kiln_vm_opcode_name(uint32_t op) {
   static const char* const names[] = {"opcode?",  "LOAD_CONST", "ALLOC_ARENA",
                                       "ALLOC_OUTPUT", "CALL_KERNEL", "CALL_EXTERN",
                                       "MAKE_TUPLE", "GET_ITEM",   "MOVE",      "RET",
-                                      "IF",         "FREE"};
+                                      "IF",         "FREE",        "CALL_PACKED"};
   return op < KILN_NUM_OPCODES ? names[op] : "opcode?";
 }
 
@@ -126,6 +127,8 @@ static kiln_status_t read_string(cursor_t* c, const kiln_vm_program_t* p, const 
   return KILN_OK;
 }
 
+/* allow_vector 2: a graph function's parameter, which may also be a string tensor
+ * (kiln_dtype_supported). */
 static kiln_status_t read_dtype(cursor_t* c, int allow_vector, DLDataType* out) {
   uint64_t code, bits, lanes;
   READ(c, 1, "dtype_code", code);
@@ -482,8 +485,8 @@ static kiln_status_t code_fail(const where_t* w, const char* fmt, ...) {
 
 /* Operand counts: fixed ones, and for variable ones the fixed prefix (whose last operand counts
  * the rest: ndim or nargs). */
-static const uint8_t kFixedOperands[KILN_NUM_OPCODES] = {0, 2, 0, 0, 0, 0, 0, 3, 2, 1, 0, 1};
-static const uint8_t kPrefixOperands[KILN_NUM_OPCODES] = {0, 0, 6, 5, 2, 2, 2, 0, 0, 0, 5, 0};
+static const uint8_t kFixedOperands[KILN_NUM_OPCODES] = {0, 2, 0, 0, 0, 0, 0, 3, 2, 1, 0, 1, 0};
+static const uint8_t kPrefixOperands[KILN_NUM_OPCODES] = {0, 0, 6, 5, 2, 2, 2, 0, 0, 0, 5, 0, 3};
 
 static kiln_status_t check_reg(const where_t* w, int64_t r, const char* what) {
   if (r < 0 || (uint64_t)r >= w->f->num_registers)
@@ -560,6 +563,11 @@ static kiln_status_t check_instr(const where_t* w, kiln_vm_instr_t* in, size_t* 
     case KILN_OP_ALLOC_OUTPUT:
       TRY(check_reg(w, o[0], "dst"));
       return check_alloc(w, in, views_size);
+    case KILN_OP_CALL_PACKED: /* dst, then CALL_EXTERN's operands */
+      TRY(check_reg(w, o[0], "dst"));
+      o++;
+      n--;
+      /* fall through */
     case KILN_OP_CALL_KERNEL:
     case KILN_OP_CALL_EXTERN: {
       int kernel = op == KILN_OP_CALL_KERNEL;
@@ -756,7 +764,7 @@ static kiln_status_t load_function(kiln_vm_program_t* p, cursor_t* c, uint32_t k
     DLDataType dtype;
     uint64_t ndim;
     TRY(read_string(c, p, "parameter name", &param->name));
-    TRY(read_dtype(c, 1, &dtype));
+    TRY(read_dtype(c, 2, &dtype));
     READ(c, 4, "ndim", ndim);
     if (ndim > KILN_MAX_NDIM)
       return fail(c, BAD, "function '%s': parameter %u '%s': ndim %llu exceeds the limit of %d",

@@ -41,7 +41,8 @@ def test_header_and_sections():
     blob = serialize(sample_spec())
     magic, version, header_size, size, nsec, target, table = struct.unpack_from("<8sIIQIIQ", blob, 0)
     # Version 2 while no function uses derived dims or bounds (version 3), so old runtimes read it.
-    assert (magic, version, header_size, size, nsec) == (MAGIC, FORMAT_VERSION - 1, 64, len(blob), 7)
+    # a blob that needs no later feature is written as version 2 (older runtimes read it)
+    assert (magic, version, header_size, size, nsec) == (MAGIC, 2, 64, len(blob), 7)
     assert blob[40:64] == bytes(24)
     secs = sections(blob)
     assert sorted(secs) == [int(k) for k in Section] + [WRITER_SECTION]
@@ -173,6 +174,14 @@ GOOD_RET = [I(Op.RET, [0])]
     (fn(GOOD_RET, params=[ParamSpec("x", "float32", [-3])]), [], "negative dimension"),
     (fn(GOOD_RET, params=[ParamSpec("x", "complex64", [3])]), [], "unknown dtype"),
     (fn(GOOD_RET), [np.zeros(2, dtype="complex64")], "constant 0: unsupported dtype"),
+    # CALL_PACKED (version 4): dst, extern, nargs, args; string parameters (docs/strings.md)
+    (fn([I(Op.CALL_PACKED, [1, 0, 1, 0])] + GOOD_RET), [], None),
+    (fn([I(Op.CALL_PACKED, [9, 0, 1, 0])] + GOOD_RET), [], "dst register 9"),
+    (fn([I(Op.CALL_PACKED, [1, 3, 1, 0])] + GOOD_RET), [], "extern index 3 out of range"),
+    (fn([I(Op.CALL_PACKED, [1, 0, 1, 8])] + GOOD_RET), [], "argument register 8"),
+    (fn([I(Op.CALL_PACKED, [1, 0, 2, 0])] + GOOD_RET), [], "operand"),
+    (fn(GOOD_RET, params=[ParamSpec("s", "string", [3])]), [], None),
+    (fn(GOOD_RET), [np.array(["a"], dtype=object)], "constant 0: unsupported dtype"),
 ])
 def test_spec_checks(function, constants, message):
     spec = spec_with(function, constants=constants)
@@ -206,7 +215,7 @@ def _corruptions():
     return [
         ("short", lambda b: b[:40], "shorter than the 64-byte header"),
         ("magic", lambda b: b"KILNEXF\0" + b[8:], "bad magic"),
-        ("newer", lambda b: patch(b, 8, "I", 4), "format version 4 is newer than this runtime supports \\(3\\)"),
+        ("newer", lambda b: patch(b, 8, "I", 5), "format version 5 is newer than this runtime supports \\(4\\)"),
         ("version0", lambda b: patch(b, 8, "I", 0), "format_version 0"),
         ("header_size", lambda b: patch(b, 12, "I", 72), "header_size 72"),
         ("truncated", lambda b: b[:-8], "does not match the"),

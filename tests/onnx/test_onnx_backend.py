@@ -32,7 +32,7 @@ from kiln.frontend.onnx.backend import KilnBackend  # noqa: E402
 HERE = os.path.dirname(__file__)
 MIN_PASS_RATIO = 0.97
 # runtime_passing.txt may grow, never shrink below this (the count when it was last raised)
-MIN_RUNTIME_PASSING = 1519
+MIN_RUNTIME_PASSING = 1545
 
 
 def load_expected_failures(path=os.path.join(HERE, "expected_failures.txt")):

@@ -82,8 +82,8 @@ CASES = {
     "magic": (lambda b: b"KILNEXF\0" + b[8:], "INVALID_FORMAT",
               "=executable: bad magic at offset 0 (not a Kiln executable)"),
     "tiny": (lambda b: b[:10], "INVALID_FORMAT", "blob too small for a header"),
-    "newer": (lambda b: patch(b, 8, "I", 4), "VERSION_MISMATCH",
-              "=executable format version 4 is newer than this runtime supports (3): written by "
+    "newer": (lambda b: patch(b, 8, "I", 5), "VERSION_MISMATCH",
+              "=executable format version 5 is newer than this runtime supports (4): written by "
               f"kiln {kiln.__version__}, this is kiln {kiln.__version__}"),
     "version0": (lambda b: patch(b, 8, "I", 0), "INVALID_FORMAT", "format_version 0 at offset 0x8"),
     "truncated": (lambda b: b[:1000], "INVALID_FORMAT",
@@ -137,6 +137,9 @@ CASES = {
     "const nbytes": (lambda b: patch(b, _const0(b) + 24, "Q", 28), "INVALID_FORMAT",
                      "section 4 (CONSTANTS) entry 0: nbytes 28 does not match shape (8,) of float32"),
     "const dim": (lambda b: patch(b, _const0(b) + 8, "q", -8), "INVALID_FORMAT", "dimension 0 is negative"),
+    # the string dtype (opaque handle, 128 bits) is for graph function parameters only
+    "const string": (lambda b: patch(patch(b, _const0(b), "B", 3), _const0(b) + 1, "B", 128), "INVALID_FORMAT",
+                     "unsupported dtype handle128"),
     "const dtype": (lambda b: patch(b, _const0(b), "B", 9), "INVALID_FORMAT",
                     "section 4 (CONSTANTS) entry 0: unsupported dtype float8_e4m3"),
     "const vector": (lambda b: patch(b, _const0(b) + 2, "H", 4), "INVALID_FORMAT", "unsupported dtype float32x4"),

@@ -168,6 +168,8 @@ def deserialize(blob: bytes) -> ExecutableSpec:
         code, bits, lanes, ndim = c.read("BBHI")
         try:
             dtype = dtype_from_dl(code, bits, lanes)
+            if dtype == "string":   # string constants are uint8 blocks (docs/strings.md)
+                raise FormatError(f"unsupported dtype (code {code}, bits {bits}, lanes {lanes})")
         except FormatError as e:
             raise FormatError(f"CONSTANTS: constant {k} (byte {at}): {e}") from None
         if ndim > MAX_NDIM:

@@ -36,12 +36,15 @@ from ..ir.derived_dims import DerivedDim, DimError, check_table, format_dims
 from .cuda_section import CUDA_SECTION, CudaSection
 
 MAGIC = b"KILNEXE\0"
-FORMAT_VERSION = 3
+FORMAT_VERSION = 4
 # Version 2 added IF (control flow), FREE and the FUNCTIONS entry's flags (private functions).
 MIN_FORMAT_VERSION_WITH_FLAGS = 2
 # Version 3 added derived dimensions and symbolic-dimension bounds to FUNCTIONS entries. The
 # writer emits version 2 when no function uses them, so older runtimes read those blobs.
 MIN_FORMAT_VERSION_WITH_DERIVED = 3
+# Version 4 added CALL_PACKED (an external function's result kept in a register) and string
+# parameters (docs/strings.md); written only by blobs that use them.
+MIN_FORMAT_VERSION_WITH_PACKED = 4
 FUNCTION_PRIVATE = 1  # FUNCTIONS flags bit: callable only through IF, not from the VM module
 PARAM_WRITTEN = 1     # version 3 parameter flag: the function updates this argument in place
 HEADER_SIZE = 64
@@ -87,6 +90,7 @@ class Op(enum.IntEnum):
     RET = 9
     IF = 10
     FREE = 11
+    CALL_PACKED = 12
 
 
 class FormatError(ValueError):
@@ -145,6 +149,10 @@ class FunctionSpec:
         """Names of every dimension number: ``sym_names``, then each derived one's expression."""
         return format_dims(self.sym_names, self.derived)
 
+    def uses_v4(self) -> bool:
+        return (any(Op(i.opcode) == Op.CALL_PACKED for i in self.code)
+                or any(p.dtype == "string" for p in self.params))
+
     def uses_v3(self) -> bool:
         return bool(self.derived) or any(b >= 0 for b in self.bounds) or any(p.written for p in self.params)
 
@@ -181,10 +189,15 @@ class ExecutableSpec:
 _DL_INT, _DL_UINT, _DL_FLOAT, _DL_BOOL = 0, 1, 2, 6
 _DL_NARROW = dt.NARROW_FLOAT_DLPACK   # bfloat16, float8: kDLBfloat and DLPack 1.1's codes
 _NARROW_OF_DL = {v: k for k, v in _DL_NARROW.items()}
+# A string tensor (docs/strings.md): kDLOpaqueHandle, one 128-bit {offset, length} record per
+# element; only graph function parameters have this dtype in a blob.
+_DL_STRING = (3, 128, 1)
 
 
 def dtype_to_dl(dtype: str) -> Tuple[int, int, int]:
     """Kiln dtype string -> DLPack (code, bits, lanes); ``bool`` is (6, 8, 1) as in the kernel ABI."""
+    if dtype == "string":
+        return _DL_STRING
     e = dt.element(dtype)
     if e == "bool":
         return _DL_BOOL, 8, dt.lanes(dtype)
@@ -196,6 +209,8 @@ def dtype_to_dl(dtype: str) -> Tuple[int, int, int]:
 
 def dtype_from_dl(code: int, bits: int, lanes: int) -> str:
     """DLPack (code, bits, lanes) -> Kiln dtype; ``FormatError`` for one Kiln does not have."""
+    if (code, bits, lanes) == _DL_STRING:
+        return "string"
     if (code, bits) in _NARROW_OF_DL and (lanes == 1 or (lanes > 1 and bits >= 8)):
         return dt.with_lanes(_NARROW_OF_DL[code, bits], lanes)
     name = {(_DL_INT, 8): "int8", (_DL_INT, 16): "int16", (_DL_INT, 32): "int32", (_DL_INT, 64): "int64",
@@ -234,7 +249,7 @@ def align_up(n: int, a: int = ALIGN) -> int:
 # Operand counts: fixed prefix, and which operand (if any) counts the variable tail.
 _FIXED = {Op.LOAD_CONST: 2, Op.GET_ITEM: 3, Op.MOVE: 2, Op.RET: 1, Op.FREE: 1}
 _VARIADIC = {Op.ALLOC_ARENA: (6, 5), Op.ALLOC_OUTPUT: (5, 4), Op.CALL_KERNEL: (2, 1),
-             Op.CALL_EXTERN: (2, 1), Op.MAKE_TUPLE: (2, 1), Op.IF: (5, 4)}
+             Op.CALL_EXTERN: (2, 1), Op.MAKE_TUPLE: (2, 1), Op.IF: (5, 4), Op.CALL_PACKED: (3, 2)}
 
 
 # ---- writer --------------------------------------------------------------------------------
@@ -311,7 +326,9 @@ def layout(spec: ExecutableSpec) -> Tuple[int, List[Tuple[int, memoryview]]]:
     is a view of its array's memory when that already is little-endian and C-ordered (no copy).
     Checks ``spec`` first (``validate``)."""
     validate(spec)
-    version = FORMAT_VERSION if any(f.uses_v3() for f in spec.functions) else MIN_FORMAT_VERSION_WITH_FLAGS
+    version = (FORMAT_VERSION if any(f.uses_v4() for f in spec.functions) else
+               MIN_FORMAT_VERSION_WITH_DERIVED if any(f.uses_v3() for f in spec.functions) else
+               MIN_FORMAT_VERSION_WITH_FLAGS)
     strings = _Strings()
     strings(spec.target)
     kernels = b"".join(struct.pack("<I", strings(k)) for k in spec.kernels)
@@ -472,6 +489,11 @@ def _check_code(f: FunctionSpec, num_consts: int, num_kernels: int, num_externs:
                     nbytes = tensor_nbytes(dtype, dims)  # Python ints: no overflow
                     if offset + nbytes > f.arena_size:
                         fail(i, f"arena view [{offset}, {offset + nbytes}) exceeds arena_size {f.arena_size}")
+        elif op == Op.CALL_PACKED:
+            reg(i, ops[0], "dst")
+            index(i, ops[1], num_externs, "extern")
+            for r in ops[3:]:
+                reg(i, r, "argument")
         elif op in (Op.CALL_KERNEL, Op.CALL_EXTERN):
             index(i, ops[0], num_kernels if op == Op.CALL_KERNEL else num_externs,
                   "kernel" if op == Op.CALL_KERNEL else "extern")
@@ -583,7 +605,8 @@ def validate(spec: ExecutableSpec) -> None:
         raise FormatError(f"duplicate function names {sorted(dup)}")
     for k, c in enumerate(spec.constants):
         try:
-            dt.from_numpy(np.asarray(c).dtype)
+            if dt.from_numpy(np.asarray(c).dtype) == "string":   # stored as uint8 blocks
+                raise ValueError("string")
         except ValueError:
             raise FormatError(f"constant {k}: unsupported dtype {np.asarray(c).dtype}") from None
         if np.ndim(c) > MAX_NDIM:

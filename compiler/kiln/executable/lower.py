@@ -22,6 +22,9 @@ How one function becomes code:
   tuple, item or alias of one) and is not returned is released with ``FREE`` right after the
   instruction that reads it last, so a symbolic-size intermediate is freed as soon as it is
   dead, not when the call returns;
+- ``call_packed(f, args)`` is ``CALL_PACKED dst, f, args``: the external function allocates and
+  returns its result (the string operators, docs/strings.md), which nothing plans; a string
+  constant is its block (a uint8 constant) made a value by ``kiln_strings.from_block``;
 - ``call_if(cond, then_f, else_f, args)`` is ``IF dst, cond, then_f, else_f, args``: the VM
   calls one of the two graph functions (marked private when their ``"private"`` attribute is
   set). The callee allocates its own results, and may return one of its arguments, so the
@@ -49,6 +52,8 @@ class LowerError(ValueError):
 
 
 BUILTINS = BUILTIN_OPS
+# The string library's function that makes a string constant's block a value (docs/strings.md).
+STRING_FROM_BLOCK = "kiln_strings.from_block"
 
 
 class Tables:
@@ -242,6 +247,14 @@ class _FunctionLowering:
                 if v.op == "call_if":
                     trees[b.var] = self._analyse_if(i, v, tree, last)
                     continue
+                if v.op == "call_packed":
+                    # The function allocates its result (a new heap value): nothing to plan.
+                    for a in _flatten(tree(v.args[1], i)):
+                        last[a] = i
+                    self.outputs[i] = []
+                    trees[b.var] = tuple(frozenset() for _ in v.ty.fields) \
+                        if isinstance(v.ty, TupleType) else frozenset()
+                    continue
                 args = tree(v.args[1], i)
                 for a in _flatten(args):
                     last[a] = i
@@ -316,6 +329,8 @@ class _FunctionLowering:
             """The register holding ``e``, emitting what computes it (constants, tuples, items)."""
             if isinstance(e, GraphVar):
                 return regs[e]
+            if isinstance(e, Constant) and getattr(e.ty, "dtype", None) == "string":
+                return self._string_constant(e, new_reg, code)
             if isinstance(e, Constant):
                 k = self.tables.constant(e.data)
                 if k not in const_regs:
@@ -349,6 +364,19 @@ class _FunctionLowering:
                             self.plan.arena_size, code, private=bool(self.func.attr("private", False)),
                             derived=list(self.table.derived), bounds=bounds)
 
+    def _string_constant(self, e: Constant, new_reg, code) -> int:
+        """A string constant: its block as a uint8 constant and its shape as an int64 one, made
+        a string tensor (validated) by the string library at run time."""
+        from ..runtime.strings import pack
+        block = np.frombuffer(pack(e.data), np.uint8)
+        regs = []
+        for arr in (block, np.asarray(e.data.shape, np.int64)):
+            regs.append(new_reg())
+            code.append(Instruction(Op.LOAD_CONST, [regs[-1], self.tables.constant(arr)]))
+        dst = new_reg()
+        code.append(Instruction(Op.CALL_PACKED, [dst, self.tables.extern(STRING_FROM_BLOCK), 2, *regs]))
+        return dst
+
     def _emit_call(self, i, call: Call, value, new_reg, code) -> int:
         if call.op == "call_if":
             cond, then_f, else_f, args = call.args
@@ -361,6 +389,13 @@ class _FunctionLowering:
         fields = args.fields if isinstance(args, GTuple) else None
         if fields is None:
             raise LowerError(f"{self._where(i)}: {call.op} takes its arguments as a tuple expression")
+        if call.op == "call_packed":
+            if not isinstance(callee, ExternFunc):
+                raise LowerError(f"{self._where(i)}: call_packed callee must be an ExternFunc, got {callee!r}")
+            in_regs = [value(f, i) for f in fields]
+            dst = new_reg()
+            code.append(Instruction(Op.CALL_PACKED, [dst, self.tables.extern(callee.name), len(in_regs), *in_regs]))
+            return dst
         if call.op == "call_tir":
             if not isinstance(callee, GlobalVar):
                 raise LowerError(f"{self._where(i)}: call_tir callee must be a GlobalVar, got {callee!r}")
@@ -412,6 +447,8 @@ def _reads(ins: Instruction) -> List[int]:
     op, o = Op(ins.opcode), [int(x) for x in ins.operands]
     if op in (Op.CALL_KERNEL, Op.CALL_EXTERN, Op.MAKE_TUPLE):
         return o[2:]
+    if op == Op.CALL_PACKED:
+        return o[3:]
     if op in (Op.GET_ITEM, Op.MOVE):
         return [o[1]]
     if op == Op.IF:
@@ -427,7 +464,7 @@ def _heap_and_returned(code: List[Instruction]):
     heap, sources = set(), {}
     for ins in code:
         op, o = Op(ins.opcode), [int(x) for x in ins.operands]
-        if op in (Op.ALLOC_OUTPUT, Op.IF):
+        if op in (Op.ALLOC_OUTPUT, Op.IF, Op.CALL_PACKED):
             heap.add(o[0])
         elif op in (Op.MAKE_TUPLE, Op.GET_ITEM, Op.MOVE):
             sources[o[0]] = o[2:] if op == Op.MAKE_TUPLE else [o[1]]

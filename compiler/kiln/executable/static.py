@@ -126,6 +126,7 @@ def arena_bytes(spec) -> Optional[int]:
     def need(f):
         ops = [(i.opcode, i.operands) for i in f.code]
         max_args = max([o[1] for op, o in ops if op in (Op.CALL_KERNEL, Op.CALL_EXTERN)] +
+                       [o[2] for op, o in ops if op == Op.CALL_PACKED] +
                        [o[4] for op, o in ops if op == Op.IF] + [0])
         views = sum(head(o[5]) for op, o in ops if op == Op.ALLOC_ARENA)
         frame = _align(16 + value * (f.num_registers + max_args) + views) + f.arena_size

@@ -38,8 +38,16 @@ _PATTERN = re.compile(r"^(bool|int8|int16|int32|int64|uint8|uint16|uint32|uint64
 _NARROW_PATTERN = re.compile(r"^(" + "|".join(NARROW_FLOAT_DTYPES[:-1]) + r")(?:x(\d+))?$|^(float4_e2m1fn)$")
 
 
+# Text (docs/strings.md): a value of this dtype is a string tensor, held by the runtime as one
+# block and read only by the string operators' external functions (call_packed), never by a
+# tensor program; it has no bits and no vector form. numpy holds it as an object array of str.
+STRING = "string"
+
+
 def check(dtype: str) -> str:
     """Return ``dtype`` if it is a valid Kiln dtype, else raise ``ValueError`` naming the choices."""
+    if dtype == STRING:
+        return dtype
     if not isinstance(dtype, str) or not (_PATTERN.match(dtype) or _NARROW_PATTERN.match(dtype)):
         raise ValueError(f"unknown dtype {dtype!r}; expected one of "
                          f"{', '.join(SCALAR_DTYPES + NARROW_FLOAT_DTYPES)}"
@@ -54,6 +62,8 @@ def element(dtype: str) -> str:
 
 
 def lanes(dtype: str) -> int:
+    if dtype == STRING:
+        return 1
     m = _PATTERN.match(check(dtype)) or _NARROW_PATTERN.match(dtype)
     return int(m.group(2)) if m.group(2) else 1
 
@@ -71,6 +81,8 @@ def with_lanes(dtype: str, n: int) -> str:
 @functools.lru_cache(maxsize=None)
 def bits(dtype: str) -> int:
     e = element(dtype)
+    if e == STRING:
+        raise ValueError("dtype 'string' has no bits: only the string operators take it (docs/strings.md)")
     if e in NARROW_FLOAT_DTYPES:
         return _NARROW_BITS.get(e, 8)
     return 1 if e == "bool" else int(re.sub(r"\D", "", e))
@@ -107,6 +119,8 @@ def is_bool(dtype: str) -> bool:
 
 def to_numpy(dtype: str) -> np.dtype:
     e = element(dtype)
+    if e == STRING:
+        return np.dtype(object)
     if e in SUBBYTE_DTYPES:
         import ml_dtypes  # numpy has no 4- or 2-bit integers
         return np.dtype(getattr(ml_dtypes, e))
@@ -117,4 +131,7 @@ def to_numpy(dtype: str) -> np.dtype:
 
 
 def from_numpy(dt) -> str:
+    """The Kiln dtype of a numpy dtype; ``str`` and ``object`` arrays are ``string``."""
+    if np.dtype(dt).kind in "OU":
+        return STRING
     return check(str(np.dtype(dt)))

@@ -179,7 +179,7 @@ class Call(GraphExpr):
 
 
 # Call ops that are not operators of kiln.ops.
-BUILTIN_OPS = ("call_tir", "call_dps_packed", "call_if")
+BUILTIN_OPS = ("call_tir", "call_dps_packed", "call_if", "call_packed")
 
 
 def call_tir(func: Union[str, GlobalVar], args, out_ty: Type) -> Call:
@@ -190,6 +190,14 @@ def call_tir(func: Union[str, GlobalVar], args, out_ty: Type) -> Call:
 def call_dps_packed(name: Union[str, ExternFunc], args, out_ty: Type) -> Call:
     ef = name if isinstance(name, ExternFunc) else ExternFunc(name)
     return Call("call_dps_packed", (ef, args if isinstance(args, Tuple) else Tuple(tuple(args))), (), out_ty)
+
+
+def call_packed(name: Union[str, ExternFunc], args, out_ty: Type) -> Call:
+    """A registered external function that *returns* its result (of type ``out_ty``), which it
+    allocates itself: the string operators (docs/strings.md), whose output sizes depend on the
+    data. Like ``call_dps_packed`` it is never folded, merged or dropped."""
+    ef = name if isinstance(name, ExternFunc) else ExternFunc(name)
+    return Call("call_packed", (ef, args if isinstance(args, Tuple) else Tuple(tuple(args))), (), out_ty)
 
 
 def call_if(cond: GraphExpr, then_func: Union[str, GlobalVar], else_func: Union[str, GlobalVar],

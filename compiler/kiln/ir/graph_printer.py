@@ -17,7 +17,8 @@ The text parses back (``kiln.script.parse``) to a structurally equal function. C
 - calls: operators ``R.add(x, y)``, ``R.conv2d(x, w, strides=(1, 1))`` (attributes as keyword
   arguments; an op name that is not an identifier prints as ``R.call_op("name", ...)``);
   ``R.call_tir(Module.f, (x, w), out_type)`` names module functions by the printed class name;
-  ``R.call_dps_packed("env.relu", (x,), out_type)``.
+  ``R.call_dps_packed("env.relu", (x,), out_type)``; ``R.call_packed`` likewise (the function
+  returns its result: the string operators).
 - tuples ``(a, b)`` and ``t[0]``; constants ``R.const([[1, 2], [3, 4]], "int32")``, values
   inlined up to ``INLINE_LIMIT`` elements. Larger ones print as ``R.const(metadata["key"])``:
   their data is not in the text; ``metadata(node)`` gives the arrays by key, and
@@ -49,14 +50,16 @@ INLINE_LIMIT = 64           # constants with more elements print as metadata ref
 MODULE_REF = "Module"       # the class name the module printer writes; Module.f names function f
 # R.<name> spellings that are syntax, not operators (an op by one of these names prints with call_op).
 R_SYNTAX = frozenset({"function", "Tensor", "Tuple", "dataflow", "output", "func_attr", "const",
-                      "call_tir", "call_dps_packed", "call_if", "call_op", "ExternFunc", "GlobalVar"})
+                      "call_tir", "call_dps_packed", "call_packed", "call_if", "call_op", "ExternFunc", "GlobalVar"})
 
 
 def constant_key(data: np.ndarray) -> str:
     """The metadata key of a large constant: dtype, shape and a hash of its bytes, so the same
     array always gets the same key (``"float32[128, 784]#3fa2c1e95b"``)."""
     arr = np.ascontiguousarray(data)
-    h = hashlib.sha1(f"{arr.dtype.str}{arr.shape}".encode() + arr.tobytes()).hexdigest()[:10]
+    # A string constant's bytes are its elements' UTF-8 (an object array's are pointers).
+    raw = "\0".join(arr.reshape(-1).tolist()).encode() if arr.dtype == object else arr.tobytes()
+    h = hashlib.sha1(f"{arr.dtype.str}{arr.shape}".encode() + raw).hexdigest()[:10]
     return f"{dt.from_numpy(arr.dtype)}{list(arr.shape)}#{h}"
 
 
@@ -89,6 +92,8 @@ def _scalar(x, dtype: str) -> str:
         return "True" if x else "False"
     if isinstance(x, int):
         return str(x)
+    if isinstance(x, str):  # an element of a string constant (docs/strings.md)
+        return repr(x)
     if math.isnan(x) or math.isinf(x):
         return f"float({_float_text(x)})"
     return str(np.dtype(dtype).type(x))  # numpy's shortest round-tripping repr for the dtype
@@ -192,10 +197,10 @@ class GraphPrinter:
                 and c.ty is not None):
             parts = [self.expr(args[0]), self.expr(args[1]), self.typ(c.ty)]
             return f"R.call_tir({', '.join(parts + kw)})"
-        if (c.op == "call_dps_packed" and len(args) == 2 and isinstance(args[0], ExternFunc)
-                and c.ty is not None):
+        if (c.op in ("call_dps_packed", "call_packed") and len(args) == 2
+                and isinstance(args[0], ExternFunc) and c.ty is not None):
             parts = [quote(args[0].name), self.expr(args[1]), self.typ(c.ty)]
-            return f"R.call_dps_packed({', '.join(parts + kw)})"
+            return f"R.{c.op}({', '.join(parts + kw)})"
         if c.op == "call_if" and len(args) == 4 and c.ty is not None:
             parts = [self.expr(a) for a in args] + [self.typ(c.ty)]
             return f"R.call_if({', '.join(parts + kw)})"

@@ -12,6 +12,13 @@ except ImportError as e:  # pragma: no cover - depends on the build
     ) from e
 
 
+# The string operators' external functions (libkiln_strings, linked into this extension) are
+# registered once, here, so that a compiled model with string operators initialises.
+if lib.kiln_strings_register() != lib.KILN_OK:  # pragma: no cover - only out of memory
+    raise ImportError("kiln: registering the string functions failed: "
+                      + ffi.string(lib.kiln_last_error()).decode("utf-8", "replace"))
+
+
 class KilnError(RuntimeError):
     """An error reported by the Kiln C runtime. ``str(e)`` is the runtime's message verbatim,
     e.g. ``main: argument 1 'B' expected shape (8,), got (9,)``; ``e.status`` is its status code
@@ -83,6 +90,8 @@ def dtype_name(dl_dtype):
         name = f"{_PREFIX_OF_CODE[code]}{bits}"
     elif code in _FLOAT8_OF_CODE and bits == 8:
         name = _FLOAT8_OF_CODE[code]
+    elif code == lib.KILN_STR_DTYPE_CODE and bits == lib.KILN_STR_DTYPE_BITS:
+        name = "string"   # a string tensor (docs/strings.md)
     elif code == lib.kDLFloat4_e2m1fn and bits == 4:
         name = "float4_e2m1fn"
     else:

@@ -139,6 +139,12 @@ def to_value(arg, value, keep, where):
         keep.append(tup)
         value.kind = lib.KILN_VALUE_TUPLE
         value.u.tuple = tup
+    elif _is_string_numpy(arg):   # numpy str/object arrays: a string tensor (docs/strings.md)
+        from .strings import tensor_from_numpy
+        tensor = tensor_from_numpy(arg)
+        keep.append(tensor)
+        value.kind = lib.KILN_VALUE_TENSOR
+        value.u.tensor = tensor._handle
     elif _is_subbyte_numpy(arg):   # numpy cannot export these through DLPack: packed in a copy
         tensor = array(arg)
         keep.append(tensor)
@@ -156,6 +162,12 @@ def to_value(arg, value, keep, where):
         value.u.tensor = tensor._handle
     else:
         raise TypeError(f"{where()} has unsupported type {type(arg).__name__}")
+
+
+def _is_string_numpy(arg):
+    """Whether ``arg`` is a numpy array of ``str`` (dtype ``U`` or ``object``)."""
+    np = sys.modules.get("numpy")
+    return np is not None and isinstance(arg, np.ndarray) and arg.dtype.kind in "UO"
 
 
 def _is_narrow_float_numpy(arg):

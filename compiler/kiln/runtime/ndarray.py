@@ -85,6 +85,12 @@ class NDArray:
         if self._dl.device.device_type == lib.kDLCUDA:   # GPU memory: always a copy
             from .cuda_device import to_numpy
             return to_numpy(self)
+        if self.dtype == "string":   # a string tensor: an object array of str, always a copy
+            if not copy:
+                raise BufferError("numpy(copy=False): a string tensor has no numpy view; numpy can "
+                                  "only hold a copy (an object array of str)")
+            from .strings import tensor_to_numpy
+            return tensor_to_numpy(self._handle)
         if subbyte.is_subbyte(self.dtype):   # packed in memory: numpy's are a byte each
             if not copy:
                 raise BufferError(f"numpy(copy=False): {self.dtype} elements are packed several to "
@@ -135,6 +141,8 @@ class NDArray:
         # A CUDA array's kernels have finished when a Kiln call returns: any stream may read it.
         if stream is not None and stream != -1 and self._readable():
             raise BufferError("__dlpack__: stream must be None for CPU arrays")
+        if self.dtype == "string":
+            raise BufferError("__dlpack__: string tensors have no DLPack form; use .numpy()")
         if dl_device is not None and tuple(dl_device) != self.__dlpack_device__():
             raise BufferError(f"__dlpack__: cannot export to device {tuple(dl_device)}")
         source = _copy_of(self) if copy else self

@@ -6,8 +6,9 @@ makes a block from a numpy array of ``str`` (dtype ``U`` or ``object``, as ONNX'
 them); ``unpack`` makes the array (dtype ``object``, as ONNX expects them back).
 
 ``StringLibrary`` calls ``libkiln_strings.so`` (runtime_c/strings) through cffi's ABI mode: the
-validation of a block and the string kernels. The VM does not call them yet: no graph value of
-dtype ``string`` exists (docs/strings.md says what is left).
+validation of a block and the string kernels, for tests. Compiled models reach the same kernels
+through the runtime: ``tensor_from_numpy`` / ``tensor_to_numpy`` convert a VM's string arguments
+and results (string tensors: runtime tensors of dtype ``string``).
 
 >>> import numpy as np
 >>> unpack(pack(np.array(["a", "", "ßx"])), (3,)).tolist()
@@ -68,6 +69,33 @@ def unpack(block, shape) -> np.ndarray:
     for i, (off, ln) in enumerate(recs.tolist()):
         out[i] = block[off:off + ln].decode("utf-8")
     return out.reshape(shape)
+
+
+def tensor_from_numpy(arr):
+    """A runtime string tensor (``kiln.nd.NDArray`` of dtype ``string``) holding ``arr`` (numpy
+    ``str`` or ``object`` array of ``str``), validated by the runtime."""
+    from ._base import check, ffi, lib
+    from .ndarray import NDArray
+    arr = np.asarray(arr)
+    block = pack(arr)
+    shape = ffi.new("int64_t[]", max(arr.ndim, 1))
+    for i, d in enumerate(arr.shape):
+        shape[i] = d
+    out = ffi.new("kiln_tensor_t**")
+    check(lib.kiln_str_tensor_from_block(block, len(block), shape, arr.ndim, out))
+    return NDArray(out[0])
+
+
+def tensor_to_numpy(handle) -> np.ndarray:
+    """The numpy ``object`` array of ``str`` of a runtime string tensor (a ``kiln_tensor_t*``)."""
+    from ._base import check, ffi, lib
+    block, nbytes, count = ffi.new("void**"), ffi.new("uint64_t*"), ffi.new("uint64_t*")
+    check(lib.kiln_str_tensor_block(handle, ffi.cast("const void**", block), nbytes, count))
+    dl = lib.kiln_tensor_dltensor(handle)
+    shape = tuple(dl.shape[i] for i in range(dl.ndim))
+    if count[0] == 0:
+        return np.empty(shape, dtype=object)
+    return unpack(ffi.buffer(block[0], nbytes[0]), shape)
 
 
 class StringError(RuntimeError):

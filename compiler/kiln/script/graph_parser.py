@@ -326,7 +326,7 @@ class _GraphParser:
             return ExternFunc(name) if fn == "R.ExternFunc" else GlobalVar(name)
         if fn in _NOT_VALUES:
             raise self.err(node, f"{fn}(...) is not a value here")
-        if fn in ("R.call_tir", "R.call_dps_packed"):
+        if fn in ("R.call_tir", "R.call_dps_packed", "R.call_packed"):
             return self.call_dps(node, fn)
         attrs = self.kwargs(node)
         if fn == "R.call_if":
@@ -445,7 +445,7 @@ class _GraphParser:
             flat = np.asarray(value)
             dtype = {"b": "bool", "i": "int32", "u": "int32"}.get(flat.dtype.kind, "float32")
         try:
-            arr = np.array(value, dtype=dtype)
+            arr = np.array(value, dtype=object if dtype == "string" else dtype)
             if "shape" in kws:
                 arr = arr.reshape(tuple(self.attr_value(kws["shape"])))
         except (ValueError, TypeError, OverflowError) as e:

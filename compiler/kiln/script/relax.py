@@ -88,6 +88,9 @@ BUILTINS = {
                  '`R.call_tir(Net.linear0, (x, w), R.Tensor((1, 128), "float32"))`.'),
     "call_dps_packed": ("Call an external function registered by name: "
                         '`R.call_dps_packed("env.relu", (x,), R.Tensor((1, 128), "float32"))`.'),
+    "call_packed": ("Call an external function registered by name that returns its result, which "
+                    "it allocates (the string operators, docs/strings.md): "
+                    '`R.call_packed("kiln_strings.equal", (a, b), R.Tensor((3,), "bool"))`.'),
     "call_if": ("Call one of two graph functions of the module on the same arguments: "
                 '`R.call_if(c, Net.then_f, Net.else_f, (x,), R.Tensor((1, 128), "float32"))` runs '
                 "`then_f(x)` if the one-element tensor `c` is nonzero, else `else_f(x)`."),

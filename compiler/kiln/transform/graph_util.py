@@ -17,7 +17,7 @@ from ..ir.graph import (BUILTIN_OPS, Binding, BindingBlock, Call, Function, Glob
 # Calls without side effects: operators and call_tir (destination-passing into fresh outputs).
 # call_dps_packed runs arbitrary registered code, so passes never drop or merge it outside
 # dataflow blocks.
-IMPURE_OPS = ("call_dps_packed",)
+IMPURE_OPS = ("call_dps_packed", "call_packed")
 
 
 def graph_functions(mod: IRModule) -> List[Tuple[str, Function]]:

@@ -9,7 +9,7 @@ from . import (attention, control_flow, einsum, elementwise, grid, indexing, los
                recurrent, reduction, spectral, tensor)  # (each registers its converters)
 from . import loop, sequence  # noqa: F401,E402  (control flow and sequences)
 from . import (data_dependent, deform_conv, det, flex_attention, integer_ops,  # noqa: F401,E402
-               linear_attention, ml, roi_align, tfidf, training)
+               linear_attention, ml, roi_align, strings, tfidf, training)
 from .common import ONNXImportError, supported_ops
 from .importer import from_onnx
 

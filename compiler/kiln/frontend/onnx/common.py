@@ -210,6 +210,8 @@ ONNX_DTYPES = {1: "float32", 2: "uint8", 3: "int8", 4: "uint16", 5: "int16", 6: 
                9: "bool", 10: "float16", 11: "float64", 12: "uint32", 13: "uint64"}
 # The packed sub-byte integers (kiln.subbyte).
 ONNX_DTYPES.update({21: "uint4", 22: "int4", 25: "uint2", 26: "int2"})
+# Text: string tensors, taken only by the string operators (strings.py, docs/strings.md).
+ONNX_DTYPES[8] = "string"
 # The narrow floats: bfloat16 and the float8 formats (computed in float32; dtype.py).
 ONNX_DTYPES.update({16: "bfloat16", 17: "float8_e4m3fn", 18: "float8_e4m3fnuz", 19: "float8_e5m2",
                     20: "float8_e5m2fnuz", 23: "float4_e2m1fn", 24: "float8_e8m0fnu"})

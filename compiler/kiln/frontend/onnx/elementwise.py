@@ -29,6 +29,9 @@ def _unary(kop):
 
 def _binary(kop):
     def fn(ctx, node, ins, attrs):
+        if kop == "equal" and dtype(ins[0]) == "string":   # the string library (strings.py)
+            from .strings import equal
+            return equal(ctx, ins[0], ins[1])
         return ctx.op(kop, ins[0], ins[1])
     return fn
 

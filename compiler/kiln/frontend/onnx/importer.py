@@ -22,7 +22,9 @@ _log = logging.getLogger("kiln.frontend.onnx")
 def _to_numpy(tensor) -> np.ndarray:
     from onnx import numpy_helper
     arr = numpy_helper.to_array(tensor)
-    kiln_dtype(tensor.data_type, f"initializer {tensor.name!r}: ")
+    if kiln_dtype(tensor.data_type, f"initializer {tensor.name!r}: ") == "string":
+        from .strings import text
+        return text(arr)   # ONNX's bytes as str
     return np.require(arr, requirements="C")
 
 

@@ -153,8 +153,8 @@ def label_encoder(ctx, node, ins, attrs):
     value wins."""
     x = ins[0]
     keys, values = _label_table(attrs, "keys"), _label_table(attrs, "values")
-    if keys is None or values is None:
-        raise Unsupported("string keys or values are not supported (int64 and float ones are)")
+    if keys is None or values is None:   # strings: the string library (strings.py)
+        return _label_encoder_strings(ctx, x, attrs)
     if len(keys) != len(values):
         raise Unsupported(f"{len(keys)} keys but {len(values)} values")
     last = {}  # a repeated key: the last one takes precedence (the spec); NaN keys are one key
@@ -177,3 +177,31 @@ def label_encoder(ctx, node, ins, attrs):
     zero = ctx.const(np.zeros((), values.dtype))
     picked = ctx.op("sum", ctx.op("where", hit, ctx.const(values), zero), axis=(ndim(x),))
     return ctx.op("where", ctx.op("cast", found, dtype="bool"), picked, ctx.const(default))
+
+
+def _label_encoder_strings(ctx, x, attrs):
+    """LabelEncoder whose keys or values are strings (``keys_strings``, ``values_strings`` or
+    string tensors), with ``default_string`` / ``default_tensor`` / the numeric defaults."""
+    from . import strings
+
+    def table(kind):
+        t = _tensor_attr(attrs, f"{kind}_tensor")
+        if t is not None:
+            return strings.text(t).reshape(-1) if t.dtype.kind in "OSU" else t.reshape(-1)
+        if attrs.get(f"{kind}_strings") is not None:
+            return strings.text(attrs[f"{kind}_strings"]).reshape(-1)
+        for suffix, npdt in (("floats", np.float32), ("int64s", np.int64)):
+            if attrs.get(f"{kind}_{suffix}") is not None:
+                return np.asarray(attrs[f"{kind}_{suffix}"], npdt)
+        raise Unsupported(f"LabelEncoder has no {kind}")
+    keys, values = table("keys"), table("values")
+    if len(keys) != len(values):
+        raise Unsupported(f"{len(keys)} keys but {len(values)} values")
+    default = _tensor_attr(attrs, "default_tensor")
+    if default is not None:
+        default = strings.text(default).reshape(-1)[0] if default.dtype.kind in "OSU" else default.reshape(-1)[0]
+    elif values.dtype == object:
+        default = attrs.get("default_string", "_Unused")
+    else:
+        default = attrs.get("default_float", -0.0) if values.dtype.kind == "f" else attrs.get("default_int64", -1)
+    return strings.label_encoder(ctx, x, keys, values, default)

@@ -149,6 +149,15 @@ static jobject new_ndarray(JNIEnv* env, kiln_tensor_t* tensor) {
   size_t nbytes = kiln_tensor_nbytes(tensor);
   jobject result = NULL;
   jobject buffer = NULL;
+  /* A string tensor (docs/strings.md: opaque 128-bit records pointing into a block the buffer
+   * would not cover) has no String[] mapping here yet: refused, not handed out as bytes. */
+  if (dl->dtype.code == kDLOpaqueHandle && dl->dtype.bits == 128) {
+    kiln_tensor_release(tensor);
+    kiln_set_last_error(KILN_ERR_UNSUPPORTED, "a string tensor result: the Java binding does not "
+                        "map string tensors to String[] yet (docs/strings.md)");
+    throw_kiln(env, KILN_ERR_UNSUPPORTED);
+    return NULL;
+  }
   jlongArray shape = (*env)->NewLongArray(env, dl->ndim);
   if (shape == NULL) goto done;
   for (int32_t i = 0; i < dl->ndim; ++i) {
