@@ -7,7 +7,10 @@
 - ``kiln/lib/libkiln_runtime.so`` and ``.a``: the C runtime, built by ``runtime_c/Makefile`` in a
   copy under the build directory, so a stale ``runtime_c/build`` in a working tree never leaks
   into a wheel;
-- ``kiln/include/``: ``kiln_runtime.h``, ``kiln_kernel_abi.h``, ``dlpack.h`` and ``kiln.hpp``;
+- ``kiln/lib/libkiln_strings.so``: the string operators' library, for C programs running models
+  with string inputs (the Python extension carries the same code);
+- ``kiln/include/``: ``kiln_runtime.h``, ``kiln_kernel_abi.h``, ``dlpack.h``, ``kiln_strings.h``
+  and ``kiln.hpp``;
 - ``kiln/lib/pkgconfig/kiln.pc`` and ``kiln/lib/cmake/Kiln/`` (``find_package(Kiln)``), written
   with paths relative to themselves so an installed tree can be moved;
 - ``kiln/java/kiln.jar`` with the JNI library inside it, when a JDK (javac, jar) is found
@@ -32,7 +35,12 @@ from setuptools.command.build_py import build_py
 ROOT = os.path.dirname(os.path.abspath(__file__))
 # Installed headers: the C runtime's public API and the C++ header-only binding.
 C_HEADERS = ["runtime_c/include/kiln_runtime.h", "runtime_c/include/kiln_kernel_abi.h",
-             "runtime_c/include/dlpack.h", "bindings/cpp/kiln.hpp"]
+             "runtime_c/include/dlpack.h", "runtime_c/include/kiln_strings.h",
+             "bindings/cpp/kiln.hpp"]
+# Installed libraries (kiln/lib): the runtime, and the string library a C program loads beside
+# it to run models with string operators (docs/strings.md; it finds libkiln_runtime.so next to
+# itself through its $ORIGIN run path). Python has the string code in kiln._ffi already.
+C_LIBRARIES = ["libkiln_runtime.so", "libkiln_runtime.a", "libkiln_strings.so"]
 
 
 def _version():
@@ -154,7 +162,7 @@ class KilnBuildPy(build_py):
         lib, inc = os.path.join(pkg, "lib"), os.path.join(pkg, "include")
         os.makedirs(lib, exist_ok=True)
         os.makedirs(inc, exist_ok=True)
-        for name in ("libkiln_runtime.so", "libkiln_runtime.a"):
+        for name in C_LIBRARIES:
             shutil.copyfile(os.path.join(tmp, "runtime_c", "build", name), os.path.join(lib, name))
         for h in C_HEADERS:
             shutil.copyfile(os.path.join(ROOT, h), os.path.join(inc, os.path.basename(h)))

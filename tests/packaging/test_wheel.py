@@ -298,8 +298,9 @@ def test_wheel_is_a_platform_wheel_with_runtime_headers_and_libraries(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     for f in ["kiln/_ffi.abi3.so", "kiln/libinfo.py", "kiln/cli.py",
               "kiln/include/kiln_runtime.h", "kiln/include/kiln_kernel_abi.h",
-              "kiln/include/dlpack.h", "kiln/include/kiln.hpp",
+              "kiln/include/dlpack.h", "kiln/include/kiln.hpp", "kiln/include/kiln_strings.h",
               "kiln/lib/libkiln_runtime.so", "kiln/lib/libkiln_runtime.a",
+              "kiln/lib/libkiln_strings.so",
               "kiln/lib/pkgconfig/kiln.pc", "kiln/lib/cmake/Kiln/KilnConfig.cmake",
               "kiln/lib/cmake/Kiln/KilnConfigVersion.cmake"]:
         assert f in names, f"{f} missing from {wheel.name}"
@@ -474,6 +475,38 @@ def test_c_program_with_the_shared_runtime_kiln_config_and_pkg_config(env, tiny,
     out = env.run(tmp_path / "app_pc", model_dir / "tiny.so", cwd=tmp_path,
                   env={"LD_LIBRARY_PATH": env.config("--libdir")[0]})
     np.testing.assert_allclose(_outputs(out), expected, rtol=1e-5, atol=1e-6)
+
+
+STRING_MODEL_SCRIPT = r'''
+import sys
+import kiln
+from kiln.frontend.onnx import from_onnx
+from onnx import TensorProto, helper
+
+nodes = [
+    helper.make_node("Constant", [], ["cat"], value=helper.make_tensor("cat", TensorProto.STRING, [], [b"cat"])),
+    helper.make_node("Equal", ["x", "cat"], ["eq"]),
+    helper.make_node("Constant", [], ["bang"], value=helper.make_tensor("bang", TensorProto.STRING, [1], [b"!"])),
+    helper.make_node("StringConcat", ["x", "bang"], ["w"]),
+]
+graph = helper.make_graph(nodes, "c", [helper.make_tensor_value_info("x", TensorProto.STRING, [3])],
+                          [helper.make_tensor_value_info("eq", TensorProto.BOOL, [3]),
+                           helper.make_tensor_value_info("w", TensorProto.STRING, [3])])
+model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+kiln.compile(kiln.get_pipeline("default")(from_onnx(model)[0]), "llvm").export_library(sys.argv[1])
+'''
+
+
+def test_string_model_in_a_c_program_with_the_installed_string_library(env, tmp_path):
+    """A model with string operators, compiled in the environment, run by a C program built with
+    `kiln config` flags: init refuses until it loads the wheel's libkiln_strings.so and
+    registers its functions (tests/onnx/strings_model_test.c checks the outputs)."""
+    env.python(STRING_MODEL_SCRIPT, tmp_path / "model.so")
+    cc = os.environ.get("CC", "cc")
+    env.run(cc, "-std=c99", ROOT / "tests" / "onnx" / "strings_model_test.c",
+            *env.config("--cflags", "--libs"), "-ldl", "-o", "app", cwd=tmp_path)
+    lib = pathlib.Path(env.config("--libdir")[0]) / "libkiln_strings.so"
+    assert env.run(tmp_path / "app", tmp_path / "model.so", lib, cwd=tmp_path).strip() == "ALL OK"
 
 
 def test_cpp_program_through_cmake_find_package(env, tiny, tmp_path):
