@@ -11,8 +11,8 @@ from .stmt import (Block, BlockRealize, BufferRegion, BufferStore, Evaluate, For
                    IfThenElse, IterVar, SeqStmt, Stmt, THREAD_TAGS, seq)
 from .function import IRModule, PrimFunc, root_realize
 from .structural import assert_structural_equal, structural_equal, structural_hash
-from .functor import (children, collect, post_order_visit, pre_order_visit, substitute,
-                      substitute_buffers, transform, uses_var)
+from .functor import (children, collect, post_order_visit, pre_order_visit, replace_stmts,
+                      substitute, substitute_buffers, transform, uses_var)
 from .verify import VerifyError, verify
 from .analysis import infer_access_regions
 from . import graph

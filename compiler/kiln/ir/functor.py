@@ -14,7 +14,7 @@ import dataclasses
 from functools import lru_cache
 from typing import Callable, Dict, Mapping, Optional
 
-from .expr import Buffer, Node, Var
+from .expr import Buffer, Node, PrimExpr, Range, Var
 
 
 @lru_cache(maxsize=None)
@@ -107,6 +107,25 @@ def _rewrite_value(value, rec):
         new = tuple(_rewrite_value(v, rec) for v in value)
         return value if all(a is b for a, b in zip(new, value)) else new
     return value
+
+
+def replace_stmts(node: Node, replacements: Mapping[int, Node]) -> Node:
+    """``node`` with each statement whose ``id`` is a key of ``replacements`` replaced by its
+    value (not visited further); unchanged parts are shared. Expressions, buffers, regions and
+    leaf statements are not entered (no statement lies inside them), so this walks the loop and
+    block skeleton only, not every index expression as ``transform`` with a ``pre`` would.
+
+    >>> body = replace_stmts(body, {id(old_loop): new_loop})    # doctest: +SKIP
+    """
+    from .stmt import BufferRegion, BufferStore, Evaluate, IterVar
+    opaque = (PrimExpr, Buffer, BufferRegion, IterVar, Range, BufferStore, Evaluate)
+
+    def pre(n: Node) -> Optional[Node]:
+        r = replacements.get(id(n))
+        if r is not None:
+            return r
+        return n if isinstance(n, opaque) else None
+    return transform(node, post=lambda n: None, pre=pre)
 
 
 def transform(node: Node, post: Callable[[Node], Optional[Node]],

@@ -12,7 +12,8 @@ from typing import List
 
 from ..arith import Analyzer
 from ..ir import (Block, BlockRealize, Buffer, BufferLoad, BufferRegion, BufferStore, For,
-                  IntImm, IterVar, Range, Var, collect, is_const_int, substitute_buffers, transform)
+                  IntImm, IterVar, Range, Var, collect, is_const_int, replace_stmts,
+                  substitute_buffers)
 from .regions import Bound, hull, intersect, loop_ranges, relax_region, to_range
 from .scope import (Site, block_names, buffer_names, insert, position, scope_of, site_of, sites,
                     stmts_of, unique_name)
@@ -99,7 +100,7 @@ class CachePrimitives:
         # Every reader reads the copy from now on.
         redirected = {id(s.realize): dataclasses.replace(
             s.realize, block=substitute_buffers(s.block, {buf: cache})) for s in readers}
-        body = transform(scope.body, post=lambda n: None, pre=lambda n: redirected.get(id(n)))
+        body = replace_stmts(scope.body, redirected)
         body = insert(body, pos, copy)
         self._replace(scope, dataclasses.replace(scope, body=body,
                                                  alloc_buffers=scope.alloc_buffers + (cache,)))
@@ -195,7 +196,7 @@ class CachePrimitives:
         name = unique_name(f"{buf.name}_{storage_scope}", block_names(self.func))
         copy = _copy_nest(name, cache, buf, region, ana)
         new_r = dataclasses.replace(r, block=substitute_buffers(r.block, {buf: cache}))
-        body = transform(scope.body, post=lambda n: None, pre=lambda n: new_r if n is r else None)
+        body = replace_stmts(scope.body, {id(r): new_r})
         body = insert(body, pos + 1, copy)
         self._replace(scope, dataclasses.replace(scope, body=body,
                                                  alloc_buffers=scope.alloc_buffers + (cache,)))

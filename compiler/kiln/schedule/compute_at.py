@@ -21,7 +21,7 @@ from typing import Dict, List, Tuple
 
 from ..arith import Analyzer
 from ..ir import (And, BlockRealize, BufferLoad, For, IntImm, PrimExpr, Range, Var, collect,
-                  is_const_int, transform)
+                  is_const_int, replace_stmts)
 from .regions import Bound, free_of, hull, loop_ranges, relax_region, same, var_offset
 from .scope import Site, insert, position, remove, scope_of, site_of, sites, stmts_of
 from .state import BlockRV, LoopRV, ScheduleError, ScheduleState, traced
@@ -224,7 +224,7 @@ def _move(sch: ScheduleState, block: BlockRV, loop: LoopRV, preserve_unit_loops:
     # found again by identity.
     body = remove(scope.body, r)
     new_f = dataclasses.replace(f, body=insert(f.body, index, nest))
-    body = transform(body, post=lambda n: None, pre=lambda n: new_f if n is f else None)
+    body = replace_stmts(body, {id(f): new_f})
     sch._replace(scope, dataclasses.replace(scope, body=body))
 
 

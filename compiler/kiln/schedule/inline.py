@@ -10,7 +10,8 @@ from typing import Dict, List
 from ..arith import Analyzer
 from ..arith.linear import key
 from ..ir import (And, Block, BlockRealize, Buffer, BufferLoad, BufferRegion, BufferStore, Range,
-                  Stmt, Var, collect, is_const_int, substitute, transform)
+                  Stmt, Var, collect, is_const_int, replace_stmts, substitute,
+                  transform)
 from .regions import loop_ranges, merge_regions, var_offset
 from .scope import Site, is_param, remove, scope_of, site_of, sites
 from .state import BlockRV, ScheduleError, ScheduleState, traced
@@ -108,7 +109,7 @@ class InlinePrimitives:
                                    for rg in (moved if old.buffer is buf else [old])], ana)
             new[id(c.realize)] = dataclasses.replace(c.realize,
                                                      block=dataclasses.replace(b, reads=reads))
-        body = transform(scope.body, post=lambda n: None, pre=lambda n: new.get(id(n)))
+        body = replace_stmts(scope.body, new)
         self._replace(scope, _drop_alloc(scope, remove(body, r), buf))
 
     @traced
@@ -233,8 +234,7 @@ class InlinePrimitives:
                     pred = c if is_const_int(pred, 1) else And(pred, c)
         new_p = BlockRealize(producer.realize.iter_values, Analyzer(
             loop_ranges(producer.loops)).simplify(pred), new_blk)
-        body = transform(scope.body, post=lambda n: None,
-                         pre=lambda n: new_p if n is producer.realize else None)
+        body = replace_stmts(scope.body, {id(producer.realize): new_p})
         self._replace(scope, _drop_alloc(scope, remove(body, r), buf))
 
 

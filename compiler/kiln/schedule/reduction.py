@@ -9,7 +9,8 @@ from typing import Dict, List
 
 from ..arith import Analyzer
 from ..ir import (And, Block, BlockRealize, BufferRegion, For, IfThenElse, IntImm, IterVar,
-                  PrimExpr, Range, SeqStmt, Var, is_const_int, seq, substitute, transform, uses_var)
+                  PrimExpr, Range, SeqStmt, Var, is_const_int, seq, substitute, transform, uses_var,
+                  replace_stmts)
 from .regions import load_regions, loop_ranges
 from .scope import block_names, scope_of, unique_name
 from .state import BlockRV, LoopRV, ScheduleError, ScheduleState, traced
@@ -152,7 +153,7 @@ class ReductionPrimitives:
                                        extent=substitute(lp.extent, vmap), body=stmt)
 
         update = dataclasses.replace(r, block=dataclasses.replace(blk, init=None))
-        new_f = transform(f, post=lambda n: None, pre=lambda n: update if n is r else None)
+        new_f = replace_stmts(f, {id(r): update})
         body = transform(scope.body, post=_flatten,
                          pre=lambda n: seq(stmt, new_f) if n is f else None)
         self._replace(scope, dataclasses.replace(scope, body=body))

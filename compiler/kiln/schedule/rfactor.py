@@ -20,7 +20,7 @@ from typing import Dict, List, Tuple
 from ..arith import Analyzer
 from ..ir import (Block, BlockRealize, Buffer, BufferLoad, BufferRegion, BufferStore, For,
                   IterVar, PrimExpr, Range, SeqStmt, Var, collect, const, seq, substitute,
-                  transform, uses_var)
+                  replace_stmts, transform, uses_var)
 from ..ir import dtype as dt
 from ..ir.expr import Add, Max, Min, Mul
 from .regions import load_regions, same
@@ -185,8 +185,7 @@ class RFactorPrimitives:
                 stmt = dataclasses.replace(lp, loop_var=copies[lp.loop_var], kind="serial",
                                            body=stmt, annotations=())
 
-        new_top = transform(top, post=lambda n: None,
-                            pre=lambda n: rf_realize if n is r else None)
+        new_top = replace_stmts(top, {id(r): rf_realize})
         body = transform(scope.body, post=_flatten,
                          pre=lambda n: seq(new_top, stmt) if n is top else None)
         self._replace(scope, dataclasses.replace(scope, body=body,

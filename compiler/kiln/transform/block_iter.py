@@ -33,8 +33,8 @@ from __future__ import annotations
 import dataclasses
 
 from ..arith import Analyzer
-from ..ir import (BufferLoad, BufferStore, For, IntImm, PrimFunc, Range, Var, substitute,
-                  transform)
+from ..ir import (BufferLoad, BufferStore, For, IntImm, PrimFunc, Range, Var, replace_stmts,
+                  substitute, transform)
 from ..ir.expr import FloorDiv, FloorMod
 from ..ir.analysis import infer_access_regions
 from ..ir.stmt import BlockRealize, IterVar
@@ -166,5 +166,4 @@ def _realize(r: BlockRealize, ivs, values, body, init) -> BlockRealize:
 
 def _replace_nest(func: PrimFunc, info, stmt) -> PrimFunc:
     top = info.loops[0] if info.loops else info.realize
-    return func.with_body(transform(func.body, lambda n: None,
-                                    pre=lambda n: stmt if n is top else None))
+    return func.with_body(replace_stmts(func.body, {id(top): stmt}))
