@@ -103,16 +103,8 @@ def test_string_model_from_c_with_and_without_the_string_library(runtime_make, t
     kiln_strings_register, then the outputs are checked (Equal and StringConcat on UTF-8)."""
     import pathlib
     import subprocess
-    nodes = [
-        helper.make_node("Constant", [], ["cat"], value=helper.make_tensor("cat", TensorProto.STRING, [], [b"cat"])),
-        helper.make_node("Equal", ["x", "cat"], ["eq"]),
-        helper.make_node("Constant", [], ["bang"], value=helper.make_tensor("bang", TensorProto.STRING, [1], [b"!"])),
-        helper.make_node("StringConcat", ["x", "bang"], ["w"]),
-    ]
-    graph = helper.make_graph(nodes, "c", [helper.make_tensor_value_info("x", TensorProto.STRING, [3])],
-                              [helper.make_tensor_value_info("eq", TensorProto.BOOL, [3]),
-                               helper.make_tensor_value_info("w", TensorProto.STRING, [3])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+    from string_models import equal_and_concat_model
+    model = equal_and_concat_model()
     ex = kiln.compile(kiln.get_pipeline("default")(from_onnx(model)[0]), "llvm")
     ex.export_library(tmp_path / "model.so")
     runtime_make("strings", copy={"libkiln_strings.so": tmp_path / "libkiln_strings.so",

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import importlib.util
 import io
 import json
 import os
@@ -477,31 +478,17 @@ def test_c_program_with_the_shared_runtime_kiln_config_and_pkg_config(env, tiny,
     np.testing.assert_allclose(_outputs(out), expected, rtol=1e-5, atol=1e-6)
 
 
-STRING_MODEL_SCRIPT = r'''
-import sys
-import kiln
-from kiln.frontend.onnx import from_onnx
-from onnx import TensorProto, helper
-
-nodes = [
-    helper.make_node("Constant", [], ["cat"], value=helper.make_tensor("cat", TensorProto.STRING, [], [b"cat"])),
-    helper.make_node("Equal", ["x", "cat"], ["eq"]),
-    helper.make_node("Constant", [], ["bang"], value=helper.make_tensor("bang", TensorProto.STRING, [1], [b"!"])),
-    helper.make_node("StringConcat", ["x", "bang"], ["w"]),
-]
-graph = helper.make_graph(nodes, "c", [helper.make_tensor_value_info("x", TensorProto.STRING, [3])],
-                          [helper.make_tensor_value_info("eq", TensorProto.BOOL, [3]),
-                           helper.make_tensor_value_info("w", TensorProto.STRING, [3])])
-model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
-kiln.compile(kiln.get_pipeline("default")(from_onnx(model)[0]), "llvm").export_library(sys.argv[1])
-'''
-
-
 def test_string_model_in_a_c_program_with_the_installed_string_library(env, tmp_path):
-    """A model with string operators, compiled in the environment, run by a C program built with
-    `kiln config` flags: init refuses until it loads the wheel's libkiln_strings.so and
-    registers its functions (tests/onnx/strings_model_test.c checks the outputs)."""
-    env.python(STRING_MODEL_SCRIPT, tmp_path / "model.so")
+    """A model with string operators, compiled by the installed `kiln compile`, run by a C
+    program built with `kiln config` flags: init refuses until it loads the wheel's
+    libkiln_strings.so and registers its functions (tests/onnx/strings_model_test.c checks the
+    outputs)."""
+    import onnx
+    spec = importlib.util.spec_from_file_location("string_models", ROOT / "tests" / "onnx" / "string_models.py")
+    string_models = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(string_models)
+    onnx.save(string_models.equal_and_concat_model(), tmp_path / "model.onnx")
+    env.run(env.bin / "kiln", "compile", tmp_path / "model.onnx", "-o", tmp_path / "model.so")
     cc = os.environ.get("CC", "cc")
     env.run(cc, "-std=c99", ROOT / "tests" / "onnx" / "strings_model_test.c",
             *env.config("--cflags", "--libs"), "-ldl", "-o", "app", cwd=tmp_path)
