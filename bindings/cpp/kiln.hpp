@@ -21,6 +21,7 @@
 
 #include <array>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <new>
@@ -92,6 +93,9 @@ struct DataType {
   static DataType Float64() { return {kDLFloat, 64}; }
   static DataType Int32() { return {kDLInt, 32}; }
   static DataType Int64() { return {kDLInt, 64}; }
+  /// A string tensor's dtype (docs/strings.md): DLPack's opaque handle, one 128-bit record per
+  /// element. NDArray::FromStrings / ToStrings convert; data<T>() refuses it.
+  static DataType String() { return {kDLOpaqueHandle, 128}; }
 
   template <typename T>
   static DataType Of() {
@@ -109,7 +113,7 @@ struct DataType {
   std::string ToString() const {
     if (dl.code == kDLBool && dl.bits == 8 && dl.lanes == 1) return "bool";
     // A string tensor (docs/strings.md): opaque 128-bit records into a block of text.
-    if (dl.code == kDLOpaqueHandle && dl.bits == 128 && dl.lanes == 1) return "string";
+    if (*this == String()) return "string";
     const char* base = dl.code == kDLInt     ? "int"
                        : dl.code == kDLUInt  ? "uint"
                        : dl.code == kDLFloat ? "float"
@@ -185,6 +189,63 @@ class NDArray {
     return FromVector(data, {int64_t(data.size())});
   }
 
+  /// A new string tensor of `shape` holding copies of `values` (UTF-8; a model's string
+  /// operators refuse text that is not): one block of {offset, length} records, one per
+  /// element, then the bytes they point into (docs/strings.md), owned by the tensor.
+  static NDArray FromStrings(const std::vector<std::string>& values,
+                             const std::vector<int64_t>& shape) {
+    int64_t count = 1;
+    for (int64_t d : shape) count *= d;
+    if (shape.size() > KILN_MAX_NDIM || uint64_t(count) != values.size())
+      detail::Fail(KILN_ERR_SHAPE_MISMATCH, "kiln::NDArray::FromStrings: " +
+                                                std::to_string(values.size()) +
+                                                " strings for shape " + ShapeString(shape));
+    const size_t records = values.size() * 2 * sizeof(uint64_t);
+    size_t total = records;
+    for (const std::string& v : values) total += v.size();
+    char* block = static_cast<char*>(std::malloc(total ? total : 1));
+    if (!block) throw std::bad_alloc();
+    uint64_t offset = records;
+    for (size_t i = 0; i < values.size(); ++i) {
+      const uint64_t record[2] = {offset, uint64_t(values[i].size())};
+      std::memcpy(block + i * sizeof record, record, sizeof record);
+      if (!values[i].empty()) std::memcpy(block + offset, values[i].data(), values[i].size());
+      offset += values[i].size();
+    }
+    DLTensor dl{};
+    dl.data = block;
+    dl.device = Device::CPU();
+    dl.ndim = int32_t(shape.size());
+    dl.dtype = DataType::String();
+    dl.shape = const_cast<int64_t*>(shape.data());
+    kiln_tensor_t* t = nullptr;
+    kiln_status_t st = kiln_tensor_wrap(&dl, FreeBlock, block, &t);
+    if (st != KILN_OK) std::free(block);
+    detail::Check(st);
+    return NDArray(t);
+  }
+  static NDArray FromStrings(const std::vector<std::string>& values) {
+    return FromStrings(values, {int64_t(values.size())});
+  }
+  static void FreeBlock(void* block) { std::free(block); }
+
+  /// The elements of a string tensor in row-major order (its records must lie in its block,
+  /// as those the string library makes do).
+  std::vector<std::string> ToStrings() const {
+    if (dtype() != DataType::String())
+      detail::Fail(KILN_ERR_DTYPE_MISMATCH, "kiln::NDArray::ToStrings: tensor has dtype " +
+                                                dtype().ToString() + ", not string");
+    RequireContiguous("ToStrings");
+    const char* block = static_cast<const char*>(raw_data());
+    std::vector<std::string> out(static_cast<size_t>(numel()));
+    for (size_t i = 0; i < out.size(); ++i) {
+      uint64_t record[2];
+      std::memcpy(record, block + i * sizeof record, sizeof record);
+      out[i].assign(block + record[0], size_t(record[1]));
+    }
+    return out;
+  }
+
   /// Wraps memory owned by someone else without copying; deleter(ctx) runs at the last release.
   static NDArray Wrap(const DLTensor& dl, kiln_deleter_fn deleter = nullptr, void* ctx = nullptr) {
     kiln_tensor_t* t = nullptr;
@@ -245,9 +306,8 @@ class NDArray {
       detail::Fail(KILN_ERR_DTYPE_MISMATCH, "kiln::NDArray::data: tensor has dtype " +
                                                 dtype().ToString() + ", asked for " +
                                                 want.ToString() +
-                                                (dtype().ToString() == "string"
-                                                     ? " (the C++ binding does not map string "
-                                                       "tensors yet; see docs/strings.md)"
+                                                (dtype() == DataType::String()
+                                                     ? " (a string tensor: use ToStrings())"
                                                      : ""));
     return static_cast<T*>(raw_data());
   }

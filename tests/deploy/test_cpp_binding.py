@@ -243,3 +243,28 @@ def test_header_compiles_standalone_with_strict_flags(runtime_build, tmp_path):
     exe = _compile_all(runtime_build, tmp_path, {
         "only_header": (src, flags, runtime_build.static_lib)})["only_header"]
     assert subprocess.run([str(exe)], timeout=30).returncode == 0
+
+
+def test_string_tensors_through_the_binding(runtime_make, tmp_path):
+    """bindings/cpp/test/strings_test.cpp (under ASan + UBSan): NDArray::FromStrings / ToStrings around a compiled
+    model with string operators (tests/onnx/string_models.py), its outputs checked, over the
+    shared runtime and libkiln_strings.so (one runtime copy: the library finds the runtime next
+    to itself); wrong counts and typed access to a string tensor refused."""
+    import importlib.util
+    import kiln
+    from kiln.frontend.onnx import from_onnx
+    spec = importlib.util.spec_from_file_location("string_models", ROOT / "tests" / "onnx" / "string_models.py")
+    string_models = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(string_models)
+    mod = from_onnx(string_models.equal_and_concat_model())[0]
+    kiln.compile(kiln.get_pipeline("default")(mod), "llvm").export_library(tmp_path / "model.so")
+    runtime_make("all", copy={"libkiln_runtime.so": tmp_path / "libkiln_runtime.so",
+                              "libkiln_strings.so": tmp_path / "libkiln_strings.so"})
+    exe = tmp_path / "strings_test"
+    # Under ASan + UBSan: the header's block building and reading is what is new here.
+    subprocess.run(["g++", *CXXFLAGS, "-O1", "-g", *SANITIZE, f"-I{ROOT / 'runtime_c' / 'include'}", f"-I{CPP}",
+                    str(CPP / "test" / "strings_test.cpp"), f"-L{tmp_path}", "-lkiln_strings",
+                    "-lkiln_runtime", f"-Wl,-rpath,{tmp_path}", "-o", str(exe)], check=True)
+    run = subprocess.run([str(exe), str(tmp_path / "model.so")], capture_output=True, text=True,
+                         timeout=120)
+    assert run.returncode == 0 and run.stdout.strip() == "ALL OK", run.stdout + run.stderr
