@@ -5,7 +5,7 @@ case's export function (the models and their reference outputs, computed with
 ``onnx.reference``): 5-8 s of CPU that each pytest worker would pay again while collecting. The
 first process to get here builds the list and pickles it under ``build/onnx-node-cases/`` (ignored
 by git, so a fresh clone starts cold); the others wait for that file and load it (~10 MB, 0.03 s).
-The file is named after the onnx version, so another onnx builds a new one.
+The file is named after the onnx and numpy versions, so other versions build a new one.
 
 ``install()`` makes ``onnx.backend.test.BackendTest`` read the shared list::
 
@@ -19,6 +19,7 @@ import fcntl
 import os
 import pickle
 
+import numpy
 import onnx
 import onnx.backend.test.loader as loader
 import onnx.backend.test.runner as runner
@@ -27,7 +28,8 @@ CACHE_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "build", "onnx-n
 
 
 def _cache_path() -> str:
-    return os.path.join(CACHE_DIR, f"onnx-{onnx.__version__}.pkl")
+    # The pickle holds onnx protos and numpy arrays: another version of either builds a new one.
+    return os.path.join(CACHE_DIR, f"onnx-{onnx.__version__}-numpy-{numpy.__version__}.pkl")
 
 
 def load_node_cases() -> list:
