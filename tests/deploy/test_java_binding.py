@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
+import pathlib
 import subprocess
 
 import numpy as np
@@ -383,3 +384,44 @@ def _rss_bytes() -> int:
     """This process's resident set size (Linux /proc/self/statm)."""
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def test_string_tensors(jvm, tmp_path):
+    """NDArray.fromStrings / toStrings around a compiled model with string operators
+    (tests/onnx/string_models.py: x == "cat", x ++ "!"): the string functions are registered
+    by the JNI library itself; UTF-8 beyond ASCII survives both ways; a count that does not fit
+    the shape and toStrings of a numeric tensor are refused."""
+    import importlib.util
+    import jpype
+    import kiln
+    from kiln.frontend.onnx import from_onnx
+    root = pathlib.Path(__file__).resolve().parents[2]
+    spec = importlib.util.spec_from_file_location("string_models", root / "tests" / "onnx" / "string_models.py")
+    string_models = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(string_models)
+    mod = from_onnx(string_models.equal_and_concat_model())[0]
+    kiln.compile(kiln.get_pipeline("default")(mod), "llvm").export_library(tmp_path / "model.so")
+    K = jvm
+    Strings = jpype.JArray(jpype.JString)
+    Shape = jpype.JArray(jpype.JLong)
+    lib = K.KilnModule.load(str(tmp_path / "model.so"))
+    vm = lib.getFunction("load_executable").invoke().asModule()
+    assert vm.getFunction("init").pushArg(K.Device.cpu()).invoke().isNull()
+    x = K.NDArray.fromStrings(Strings(["cat", "dog", "émeu 🐦"]), Shape([3]))
+    assert str(x.dtype()) == "string" and list(x.toStrings()) == ["cat", "dog", "émeu 🐦"]
+    eq, w = vm.getFunction("main").pushArg(x).invoke().asTuple()
+    eq_nd = eq.asNDArray()
+    assert str(eq_nd.dtype()) == "bool"
+    buf = eq_nd.asByteBuffer()
+    assert [buf.get(i) != 0 for i in range(3)] == [True, False, False]
+    assert list(w.asNDArray().toStrings()) == ["cat!", "dog!", "émeu 🐦!"]
+    grid = K.NDArray.fromStrings(Strings(["", "a", "", "bc"]), Shape([2, 2]))
+    assert list(grid.toStrings()) == ["", "a", "", "bc"] and list(grid.shape()) == [2, 2]
+    with pytest.raises(K.IllegalArgumentException):
+        K.NDArray.fromStrings(Strings(["a"]), Shape([2]))
+    with pytest.raises(K.IllegalStateException):
+        eq.asNDArray().toStrings()
+    for v in (x, grid, eq_nd, w.asNDArray()):
+        v.close()
+    vm.close()
+    lib.close()

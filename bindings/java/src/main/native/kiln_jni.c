@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "kiln_runtime.h"
+#include "kiln_strings.h"
 
 /* Cached at JNI_OnLoad; global references, never modified afterwards. */
 static JavaVM* g_jvm; /* for callbacks from the runtime (external functions written in Java) */
@@ -91,6 +92,8 @@ JNIEXPORT jint JNICALL JNI_OnLoad(JavaVM* vm, void* reserved) {
   if (utf8 == NULL) return JNI_ERR;
   g_utf8 = (jstring)(*env)->NewGlobalRef(env, utf8);
   (*env)->DeleteLocalRef(env, utf8);
+  /* The functions compiled models with string operators call (this library's runtime copy). */
+  if (kiln_strings_register() != KILN_OK) return JNI_ERR;
   return JNI_VERSION_1_8;
 }
 
@@ -149,14 +152,20 @@ static jobject new_ndarray(JNIEnv* env, kiln_tensor_t* tensor) {
   size_t nbytes = kiln_tensor_nbytes(tensor);
   jobject result = NULL;
   jobject buffer = NULL;
-  /* A string tensor (docs/strings.md: opaque 128-bit records pointing into a block the buffer
-   * would not cover) has no String[] mapping here yet: refused, not handed out as bytes. */
-  if (dl->dtype.code == kDLOpaqueHandle && dl->dtype.bits == 128) {
-    kiln_tensor_release(tensor);
-    kiln_set_last_error(KILN_ERR_UNSUPPORTED, "a string tensor result: the Java binding does not "
-                        "map string tensors to String[] yet (docs/strings.md)");
-    throw_kiln(env, KILN_ERR_UNSUPPORTED);
-    return NULL;
+  void* data = (char*)dl->data + dl->byte_offset;
+  /* A string tensor (docs/strings.md): its buffer is the whole block, the records and the UTF-8
+   * bytes after them (NDArray.toStrings decodes it), validated first. */
+  if (kiln_str_is_tensor(dl)) {
+    const void* block = NULL;
+    uint64_t count = 0, block_bytes = 0;
+    kiln_status_t st = kiln_str_tensor_block(tensor, &block, &block_bytes, &count);
+    if (st != KILN_OK) {
+      kiln_tensor_release(tensor);
+      throw_kiln(env, st);
+      return NULL;
+    }
+    data = (void*)block;
+    nbytes = (size_t)block_bytes;
   }
   jlongArray shape = (*env)->NewLongArray(env, dl->ndim);
   if (shape == NULL) goto done;
@@ -165,7 +174,7 @@ static jobject new_ndarray(JNIEnv* env, kiln_tensor_t* tensor) {
     (*env)->SetLongArrayRegion(env, shape, i, 1, &d);
   }
   if (nbytes > 0) {
-    buffer = (*env)->NewDirectByteBuffer(env, (char*)dl->data + dl->byte_offset, (jlong)nbytes);
+    buffer = (*env)->NewDirectByteBuffer(env, data, (jlong)nbytes);
     if (buffer == NULL) goto done;
   }
   result = (*env)->NewObject(env, g_ndarray, g_ndarray_init, (jlong)(intptr_t)tensor, shape,
@@ -447,6 +456,37 @@ JNIEXPORT jobject JNICALL Java_ai_kiln_Native_functionCall(JNIEnv* env, jclass c
   }
   if (values != stack_args) free(values);
   return out;
+}
+
+/* A string tensor of `shape` from a block (docs/strings.md) NDArray.fromStrings made: copied
+ * and validated by the string library (records inside it, UTF-8). */
+JNIEXPORT jobject JNICALL Java_ai_kiln_Native_tensorFromStringBlock(JNIEnv* env, jclass cls,
+                                                                    jbyteArray block,
+                                                                    jlongArray shape) {
+  (void)cls;
+  jsize ndim = (*env)->GetArrayLength(env, shape);
+  if (ndim > KILN_MAX_NDIM) {
+    kiln_set_last_error(KILN_ERR_INVALID_ARGUMENT, "NDArray: more than 64 dimensions");
+    throw_kiln(env, KILN_ERR_INVALID_ARGUMENT);
+    return NULL;
+  }
+  int64_t dims[KILN_MAX_NDIM];
+  for (jsize i = 0; i < ndim; ++i) {
+    jlong d;
+    (*env)->GetLongArrayRegion(env, shape, i, 1, &d);
+    dims[i] = (int64_t)d;
+  }
+  jsize n = (*env)->GetArrayLength(env, block);
+  jbyte* bytes = (*env)->GetByteArrayElements(env, block, NULL);
+  if (bytes == NULL) return NULL; /* OutOfMemoryError pending */
+  kiln_tensor_t* tensor = NULL;
+  kiln_status_t st = kiln_str_tensor_from_block(bytes, (uint64_t)n, dims, (int32_t)ndim, &tensor);
+  (*env)->ReleaseByteArrayElements(env, block, bytes, JNI_ABORT);
+  if (st != KILN_OK) {
+    throw_kiln(env, st);
+    return NULL;
+  }
+  return new_ndarray(env, tensor);
 }
 
 JNIEXPORT jobject JNICALL Java_ai_kiln_Native_tensorCreate(JNIEnv* env, jclass cls,

@@ -2,7 +2,7 @@ package ai.kiln;
 
 /** DLPack data types by name ("float32" ...). */
 final class DType {
-    static final int INT = 0, UINT = 1, FLOAT = 2, BFLOAT = 4, BOOL = 6;
+    static final int INT = 0, UINT = 1, FLOAT = 2, OPAQUE_HANDLE = 3, BFLOAT = 4, BOOL = 6;
 
     private DType() {}
 
@@ -47,6 +47,12 @@ final class DType {
             case FLOAT: base = "float" + bits; break;
             case BFLOAT: base = "bfloat" + bits; break;
             case BOOL: base = "bool"; break;
+            case OPAQUE_HANDLE:
+                if (bits == 128 && lanes == 1) {
+                    return "string"; // a string tensor's records (docs/strings.md)
+                }
+                base = "code" + code + "_" + bits;
+                break;
             default: base = "code" + code + "_" + bits; break;
         }
         return lanes == 1 ? base : base + "x" + lanes;

@@ -2,6 +2,7 @@ package ai.kiln;
 
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
+import java.nio.charset.StandardCharsets;
 import java.util.Arrays;
 
 /**
@@ -67,6 +68,54 @@ public final class NDArray extends NativeHandle {
         NDArray a = create(data.length, shape, "int64");
         a.buffer.duplicate().order(ByteOrder.nativeOrder()).asLongBuffer().put(data);
         return a;
+    }
+
+    /**
+     * A new string tensor of {@code shape} holding {@code values} (docs/strings.md): one block of
+     * {offset, length} records, one per element, then the values' UTF-8 bytes, copied and
+     * checked by the runtime's string library.
+     */
+    public static NDArray fromStrings(String[] values, long[] shape) {
+        checkShape(shape);
+        if (numel(shape) != values.length) {
+            throw new IllegalArgumentException("data has " + values.length + " elements, shape "
+                    + Arrays.toString(shape) + " needs " + numel(shape));
+        }
+        byte[][] utf8 = new byte[values.length][];
+        long total = 16L * values.length;
+        for (int i = 0; i < values.length; i++) {
+            utf8[i] = values[i].getBytes(StandardCharsets.UTF_8);
+            total += utf8[i].length;
+        }
+        if (total > Integer.MAX_VALUE) {
+            throw new IllegalArgumentException("strings too large for one block: " + total + " bytes");
+        }
+        ByteBuffer block = ByteBuffer.allocate((int) total).order(ByteOrder.nativeOrder());
+        long offset = 16L * values.length;
+        for (byte[] s : utf8) {
+            block.putLong(offset).putLong(s.length);
+            offset += s.length;
+        }
+        for (byte[] s : utf8) {
+            block.put(s);
+        }
+        return Native.tensorFromStringBlock(block.array(), shape.clone());
+    }
+
+    /** The elements of a string tensor in row-major order. */
+    public String[] toStrings() {
+        int n = checkedSize("string");
+        ByteBuffer b = view();
+        String[] out = new String[n];
+        for (int i = 0; i < n; i++) {
+            long offset = b.getLong(16 * i), length = b.getLong(16 * i + 8);
+            byte[] bytes = new byte[(int) length];
+            ByteBuffer s = b.duplicate();
+            s.position((int) offset);
+            s.get(bytes);
+            out[i] = new String(bytes, StandardCharsets.UTF_8);
+        }
+        return out;
     }
 
     public float[] toFloatArray() {

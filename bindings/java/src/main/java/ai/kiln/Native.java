@@ -87,5 +87,6 @@ final class Native {
 
     /** Creates a tensor (kiln_tensor_create) and returns the NDArray owning it. */
     static native NDArray tensorCreate(long[] shape, int code, int bits, int lanes);
+    static native NDArray tensorFromStringBlock(byte[] block, long[] shape);
     static native void tensorRelease(long tensor);
 }
