@@ -458,24 +458,32 @@ JNIEXPORT jobject JNICALL Java_ai_kiln_Native_functionCall(JNIEnv* env, jclass c
   return out;
 }
 
+/* The extents of a Java long[] shape into dims (KILN_MAX_NDIM entries); the count, or -1 with
+ * a KilnException pending when there are too many. */
+static jsize read_shape(JNIEnv* env, jlongArray shape, int64_t* dims) {
+  jsize ndim = (*env)->GetArrayLength(env, shape);
+  if (ndim > KILN_MAX_NDIM) {
+    kiln_set_last_error(KILN_ERR_INVALID_ARGUMENT, "NDArray: more than 64 dimensions");
+    throw_kiln(env, KILN_ERR_INVALID_ARGUMENT);
+    return -1;
+  }
+  for (jsize i = 0; i < ndim; ++i) {
+    jlong d;
+    (*env)->GetLongArrayRegion(env, shape, i, 1, &d);
+    dims[i] = (int64_t)d;
+  }
+  return ndim;
+}
+
 /* A string tensor of `shape` from a block (docs/strings.md) NDArray.fromStrings made: copied
  * and validated by the string library (records inside it, UTF-8). */
 JNIEXPORT jobject JNICALL Java_ai_kiln_Native_tensorFromStringBlock(JNIEnv* env, jclass cls,
                                                                     jbyteArray block,
                                                                     jlongArray shape) {
   (void)cls;
-  jsize ndim = (*env)->GetArrayLength(env, shape);
-  if (ndim > KILN_MAX_NDIM) {
-    kiln_set_last_error(KILN_ERR_INVALID_ARGUMENT, "NDArray: more than 64 dimensions");
-    throw_kiln(env, KILN_ERR_INVALID_ARGUMENT);
-    return NULL;
-  }
   int64_t dims[KILN_MAX_NDIM];
-  for (jsize i = 0; i < ndim; ++i) {
-    jlong d;
-    (*env)->GetLongArrayRegion(env, shape, i, 1, &d);
-    dims[i] = (int64_t)d;
-  }
+  jsize ndim = read_shape(env, shape, dims);
+  if (ndim < 0) return NULL;
   jsize n = (*env)->GetArrayLength(env, block);
   jbyte* bytes = (*env)->GetByteArrayElements(env, block, NULL);
   if (bytes == NULL) return NULL; /* OutOfMemoryError pending */
@@ -493,18 +501,9 @@ JNIEXPORT jobject JNICALL Java_ai_kiln_Native_tensorCreate(JNIEnv* env, jclass c
                                                            jlongArray shape, jint code,
                                                            jint bits, jint lanes) {
   (void)cls;
-  jsize ndim = (*env)->GetArrayLength(env, shape);
-  if (ndim > KILN_MAX_NDIM) {
-    kiln_set_last_error(KILN_ERR_INVALID_ARGUMENT, "NDArray: more than 64 dimensions");
-    throw_kiln(env, KILN_ERR_INVALID_ARGUMENT);
-    return NULL;
-  }
   int64_t dims[KILN_MAX_NDIM];
-  for (jsize i = 0; i < ndim; ++i) {
-    jlong d;
-    (*env)->GetLongArrayRegion(env, shape, i, 1, &d);
-    dims[i] = (int64_t)d;
-  }
+  jsize ndim = read_shape(env, shape, dims);
+  if (ndim < 0) return NULL;
   DLDataType dtype = {(uint8_t)code, (uint8_t)bits, (uint16_t)lanes};
   DLDevice cpu = {kDLCPU, 0};
   kiln_tensor_t* tensor = NULL;
