@@ -1,0 +1,149 @@
+"""Where a model loses time at two threads: the figures of bench/RESULTS.md, "Session 7".
+
+    .venv/bin/python bench/thread_scaling.py profile gpt2          # per kernel, 1 vs 2 threads
+    .venv/bin/python bench/thread_scaling.py threshold gpt2 16384,65536   # A/B of the parallel cut
+    .venv/bin/python bench/thread_scaling.py idle gpt2 0.2         # the calls after an idle gap
+
+Models: those of tests/onnx_models/onnx_model_zoo.py (mlp, resnet18, mobilenet_v2, gpt2), with
+seeded random weights. Every comparison alternates its sides round by round in one process and
+takes medians, so a burst of load on the machine hits both alike.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+import onnx
+
+import kiln
+from kiln.frontend.onnx import from_onnx
+from kiln.transform.infra import PassContext
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tests", "onnx_models"))
+import onnx_model_zoo as zoo  # noqa: E402
+
+
+def compiled(name: str, ctx: PassContext | None = None):
+    """(the model's ``main``, its arguments) compiled with the default pipeline under ``ctx``."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = zoo.export(name, os.path.join(tmp, f"{name}.onnx"))
+        mod, params = from_onnx(onnx.load(path))
+    if params:
+        mod = kiln.transform.bind_params("main", params)(mod)
+    vm = kiln.VirtualMachine(kiln.compile(kiln.get_pipeline("default", ctx)(mod), "llvm"), kiln.cpu())
+    args = [kiln.nd.array(v) for v in zoo.example_inputs(name).values()]
+    return vm, args
+
+
+def median_call(f, args, calls: int = 30, warm: int = 5) -> float:
+    for _ in range(warm):
+        f(*args)
+    ts = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        f(*args)
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts)
+
+
+def profile(name: str, runs: int = 30, top: int = 20) -> None:
+    """Per kernel and VM instruction: µs per call (summed over its calls) at 1 and 2 threads,
+    median of ``runs`` profiled calls, and their ratio."""
+    vm, args = compiled(name)
+    per = {}
+    total = {}
+    calls = {}
+    for threads in (1, 2):
+        kiln.set_num_threads(threads)
+        median_call(vm["main"], args, calls=1, warm=20)
+        rows = collections.defaultdict(list)
+        totals = []
+        for _ in range(runs):
+            report = vm.profile("main", *args)
+            for r in report.rows:
+                rows[(r.name, r.kind)].append(r.total_us)
+                calls[(r.name, r.kind)] = r.calls
+            totals.append(report.total_us)
+        per[threads] = {k: statistics.median(v) for k, v in rows.items()}
+        total[threads] = statistics.median(totals)
+    kiln.set_num_threads(0)
+    print(f"{name}: profiled call {total[1] / 1e3:.2f} ms at 1 thread, {total[2] / 1e3:.2f} ms at 2 "
+          f"({total[2] / total[1]:.2f})")
+    print("| kernel or instruction | kind | calls | 1 thread µs | 2 threads µs | 2t / 1t |")
+    print("|---|---|---|---|---|---|")
+    for k in sorted(per[1], key=lambda k: -per[1][k])[:top]:
+        one, two = per[1][k], per[2].get(k, float("nan"))
+        print(f"| {k[0]} | {k[1]} | {calls[k]} | {one:.1f} | {two:.1f} | {two / one:.2f} |")
+
+
+def threshold(name: str, values, threads: int = 2, rounds: int = 9) -> None:
+    """Plain-call latency at ``threads`` of the model compiled with each ``parallel_min_elements``
+    in ``values``, alternating round by round."""
+    fns = {v: compiled(name, PassContext(parallel_min_elements=v)) for v in values}
+    kiln.set_num_threads(threads)
+    res = {v: [] for v in values}
+    for _ in range(rounds):
+        for v, (vm, args) in fns.items():
+            res[v].append(median_call(vm["main"], args))
+    kiln.set_num_threads(0)
+    base = statistics.median(res[values[0]])
+    for v in values:
+        m = statistics.median(res[v])
+        print(f"{name} at {threads} threads, parallel_min_elements={v}: {m * 1e3:.3f} ms ({m / base:.3f})")
+
+
+def idle(name: str, gap_s: float, rounds: int = 6, calls: int = 8) -> None:
+    """The latency of each of the ``calls`` calls that follow ``gap_s`` seconds of idling, at 1
+    and 2 threads (medians over ``rounds``), beside back-to-back calls."""
+    vm, args = compiled(name)
+    f = vm["main"]
+    after = {1: [], 2: []}
+    steady = {1: [], 2: []}
+    for _ in range(rounds):
+        for threads in (1, 2):
+            kiln.set_num_threads(threads)
+            steady[threads].append(median_call(f, args))
+            time.sleep(gap_s)
+            ts = []
+            for _ in range(calls):
+                t0 = time.perf_counter()
+                f(*args)
+                ts.append(time.perf_counter() - t0)
+            after[threads].append(ts)
+    kiln.set_num_threads(0)
+    for threads in (1, 2):
+        firsts = " ".join(f"{statistics.median(c) * 1e3:.2f}" for c in zip(*after[threads]))
+        print(f"{name} at {threads} thread(s): back to back {statistics.median(steady[threads]) * 1e3:.2f} "
+              f"ms; the {calls} calls after {gap_s} s idle: {firsts} ms")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="what", required=True)
+    a = sub.add_parser("profile", help="per kernel, 1 vs 2 threads")
+    a.add_argument("model")
+    a = sub.add_parser("threshold")
+    a.add_argument("model")
+    a.add_argument("values", help="parallel_min_elements values, comma-separated")
+    a = sub.add_parser("idle")
+    a.add_argument("model")
+    a.add_argument("gap", type=float, nargs="?", default=0.2)
+    args = p.parse_args(argv)
+    if args.model not in zoo.MODELS:
+        p.error(f"unknown model {args.model!r}; one of {', '.join(zoo.MODELS)}")
+    if args.what == "profile":
+        profile(args.model)
+    elif args.what == "threshold":
+        threshold(args.model, [int(v) for v in args.values.split(",")])
+    else:
+        idle(args.model, args.gap)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
