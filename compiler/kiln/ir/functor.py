@@ -15,6 +15,7 @@ from functools import lru_cache
 from typing import Callable, Dict, Mapping, Optional
 
 from .expr import Buffer, Node, PrimExpr, Range, Var
+from .stmt import BufferRegion, BufferStore, Evaluate, IterVar
 
 
 @lru_cache(maxsize=None)
@@ -109,6 +110,11 @@ def _rewrite_value(value, rec):
     return value
 
 
+# Nodes that hold no statement (expressions, buffers, regions, leaf statements): replace_stmts
+# does not enter them.
+_NO_STMT_INSIDE = (PrimExpr, Buffer, BufferRegion, IterVar, Range, BufferStore, Evaluate)
+
+
 def replace_stmts(node: Node, replacements: Mapping[int, Node]) -> Node:
     """``node`` with each statement whose ``id`` is a key of ``replacements`` replaced by its
     value (not visited further); unchanged parts are shared. Expressions, buffers, regions and
@@ -117,14 +123,11 @@ def replace_stmts(node: Node, replacements: Mapping[int, Node]) -> Node:
 
     >>> body = replace_stmts(body, {id(old_loop): new_loop})    # doctest: +SKIP
     """
-    from .stmt import BufferRegion, BufferStore, Evaluate, IterVar
-    opaque = (PrimExpr, Buffer, BufferRegion, IterVar, Range, BufferStore, Evaluate)
-
     def pre(n: Node) -> Optional[Node]:
         r = replacements.get(id(n))
         if r is not None:
             return r
-        return n if isinstance(n, opaque) else None
+        return n if isinstance(n, _NO_STMT_INSIDE) else None
     return transform(node, post=lambda n: None, pre=pre)
 
 
