@@ -93,7 +93,11 @@ def cross_cc(triple: str) -> List[str]:
     if gcc:
         return [gcc]
     if have_zig():
-        return [sys.executable, "-m", "ziglang", "cc", "-target", zig_target(triple)]
+        # Without an -O flag zig cc builds in Debug mode, which compiles zig's UBSan runtime
+        # for the target on first use (about 15 CPU-seconds per target); Kiln's links (the
+        # model library) have no C sources for it to check.
+        return [sys.executable, "-m", "ziglang", "cc", "-target", zig_target(triple),
+                "-fno-sanitize=undefined"]
     raise CodegenError(
         f"no C toolchain to link for {triple}: install the ziglang package (pip install "
         f"'kiln[cross]', which `make` does) or the system cross compiler "

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from functools import lru_cache
-from typing import Callable, Dict, Mapping, Optional
+from typing import Callable, Dict, Mapping, Optional, Set
 
 from .expr import Buffer, Node, PrimExpr, Range, Var
 from .stmt import BufferRegion, BufferStore, Evaluate, IterVar
@@ -115,11 +115,15 @@ def _rewrite_value(value, rec):
 _NO_STMT_INSIDE = (PrimExpr, Buffer, BufferRegion, IterVar, Range, BufferStore, Evaluate)
 
 
-def replace_stmts(node: Node, replacements: Mapping[int, Node]) -> Node:
+def replace_stmts(node: Node, replacements: Mapping[int, Node],
+                  within: Optional[Set[int]] = None) -> Node:
     """``node`` with each statement whose ``id`` is a key of ``replacements`` replaced by its
     value (not visited further); unchanged parts are shared. Expressions, buffers, regions and
     leaf statements are not entered (no statement lies inside them), so this walks the loop and
     block skeleton only, not every index expression as ``transform`` with a ``pre`` would.
+    ``within``, when the caller knows it, is the ids of the statements that hold the replaced
+    ones (their ancestors, e.g. a schedule ``Site``'s): only those are entered, so the cost is
+    the paths to the replaced statements, not the whole tree.
 
     >>> body = replace_stmts(body, {id(old_loop): new_loop})    # doctest: +SKIP
     """
@@ -127,6 +131,8 @@ def replace_stmts(node: Node, replacements: Mapping[int, Node]) -> Node:
         r = replacements.get(id(n))
         if r is not None:
             return r
+        if within is not None:
+            return None if id(n) in within else n
         return n if isinstance(n, _NO_STMT_INSIDE) else None
     return transform(node, post=lambda n: None, pre=pre)
 

@@ -100,7 +100,7 @@ class CachePrimitives:
         # Every reader reads the copy from now on.
         redirected = {id(s.realize): dataclasses.replace(
             s.realize, block=substitute_buffers(s.block, {buf: cache})) for s in readers}
-        body = replace_stmts(scope.body, redirected)
+        body = replace_stmts(scope.body, redirected, {id(a) for s in readers for a in s.ancestors})
         body = insert(body, pos, copy)
         self._replace(scope, dataclasses.replace(scope, body=body,
                                                  alloc_buffers=scope.alloc_buffers + (cache,)))
@@ -196,7 +196,7 @@ class CachePrimitives:
         name = unique_name(f"{buf.name}_{storage_scope}", block_names(self.func))
         copy = _copy_nest(name, cache, buf, region, ana)
         new_r = dataclasses.replace(r, block=substitute_buffers(r.block, {buf: cache}))
-        body = replace_stmts(scope.body, {id(r): new_r})
+        body = replace_stmts(scope.body, {id(r): new_r}, {id(a) for a in me.ancestors})
         body = insert(body, pos + 1, copy)
         self._replace(scope, dataclasses.replace(scope, body=body,
                                                  alloc_buffers=scope.alloc_buffers + (cache,)))

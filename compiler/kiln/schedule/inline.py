@@ -13,7 +13,7 @@ from ..ir import (And, Block, BlockRealize, Buffer, BufferLoad, BufferRegion, Bu
                   Stmt, Var, collect, is_const_int, replace_stmts, substitute,
                   transform)
 from .regions import loop_ranges, merge_regions, var_offset
-from .scope import Site, is_param, remove, scope_of, site_of, sites
+from .scope import Site, is_param, names_buffer, remove, scope_of, site_of, sites
 from .state import BlockRV, ScheduleError, ScheduleState, traced
 
 
@@ -109,7 +109,7 @@ class InlinePrimitives:
                                    for rg in (moved if old.buffer is buf else [old])], ana)
             new[id(c.realize)] = dataclasses.replace(c.realize,
                                                      block=dataclasses.replace(b, reads=reads))
-        body = replace_stmts(scope.body, new)
+        body = replace_stmts(scope.body, new, {id(a) for c in consumers for a in c.ancestors})
         self._replace(scope, _drop_alloc(scope, remove(body, r), buf))
 
     @traced
@@ -234,7 +234,8 @@ class InlinePrimitives:
                     pred = c if is_const_int(pred, 1) else And(pred, c)
         new_p = BlockRealize(producer.realize.iter_values, Analyzer(
             loop_ranges(producer.loops)).simplify(pred), new_blk)
-        body = replace_stmts(scope.body, {id(producer.realize): new_p})
+        body = replace_stmts(scope.body, {id(producer.realize): new_p},
+                             {id(a) for a in producer.ancestors})
         self._replace(scope, _drop_alloc(scope, remove(body, r), buf))
 
 
@@ -284,7 +285,7 @@ def _check_not_in_place(producer: Site, consumer: Site, primitive: str) -> None:
 def _drop_alloc(scope: Block, body: Stmt, buf: Buffer) -> Block:
     """``scope`` with ``body``, no longer allocating ``buf`` if nothing uses it."""
     allocs = scope.alloc_buffers
-    if any(b is buf for b in allocs) and not any(b is buf for b in collect(body, Buffer)):
+    if any(b is buf for b in allocs) and not names_buffer(body, buf):
         allocs = tuple(b for b in allocs if b is not buf)
     return dataclasses.replace(scope, body=body, alloc_buffers=allocs)
 

@@ -12,6 +12,7 @@ from typing import Iterable, List, Optional, Sequence, Tuple
 
 from ..ir import (Block, BlockRealize, Buffer, BufferLoad, BufferStore, For, IfThenElse,
                   PrimFunc, SeqStmt, Stmt, collect, seq)
+from ..ir.functor import children, pre_order_visit
 
 
 @dataclass(frozen=True, eq=False)
@@ -45,20 +46,49 @@ class Site:
         return {id(r.buffer) for r in self.block.writes} | _accessed(self.block, BufferStore)
 
 
-# (block, BufferLoad | BufferStore) -> ids of the buffers its loads / stores touch. Scheduling
-# asks this of the same blocks at every primitive, and each ask walked the whole block (a
-# bicubic grid sample: ~10,000 walks of its 16-tap block). Blocks are immutable; held weakly.
-_ACCESSED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+# Statement -> (ids of the buffers its loads read, its stores write, and every buffer it
+# names): scheduling asks this of the same blocks at every primitive (a bicubic grid sample:
+# ~10,000 asks of its 16-tap block), and of whole scope bodies after each inline. Statements
+# are immutable and a rewrite shares the unchanged ones, so a summary is made once per
+# statement, from its children's; held weakly.
+_SUMMARY: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _summary(stmt: Stmt) -> Tuple[frozenset, frozenset, frozenset]:
+    got = _SUMMARY.get(stmt)
+    if got is not None:
+        return got
+    loads, stores, named = set(), set(), set()
+    if isinstance(stmt, BufferStore):
+        stores.add(id(stmt.buffer))
+
+    def visit(n) -> Optional[bool]:
+        if isinstance(n, Stmt):
+            sub = _summary(n)
+            loads.update(sub[0])
+            stores.update(sub[1])
+            named.update(sub[2])
+            return False
+        if isinstance(n, Buffer):
+            named.add(id(n))
+        elif isinstance(n, BufferLoad):
+            loads.add(id(n.buffer))
+        return None
+    for kid in children(stmt):
+        pre_order_visit(kid, visit)
+    got = _SUMMARY[stmt] = (frozenset(loads), frozenset(stores), frozenset(named))
+    return got
 
 
 def _accessed(block: Block, cls) -> frozenset:
-    per = _ACCESSED.get(block)
-    if per is None:
-        per = _ACCESSED[block] = {}
-    ids = per.get(cls)
-    if ids is None:
-        ids = per[cls] = frozenset(id(x.buffer) for x in collect(block, cls))
-    return ids
+    """Ids of the buffers that ``block``'s loads (``cls`` BufferLoad) or stores (BufferStore)
+    touch."""
+    return _summary(block)[0 if cls is BufferLoad else 1]
+
+
+def names_buffer(stmt: Stmt, buf: Buffer) -> bool:
+    """Whether ``buf`` appears anywhere in ``stmt`` (a load, a store, a region, an allocation)."""
+    return id(buf) in _summary(stmt)[2]
 
 
 def scope_of(parents: Sequence[Stmt]) -> Tuple[Block, Tuple[Stmt, ...]]:
