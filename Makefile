@@ -65,17 +65,13 @@ java: runtime
 wheel: $(VENV)/.installed
 	$(PY) -m pip wheel -q --no-deps -w dist .
 
-# The suite runs in parallel (pytest-xdist), one worker per logical CPU and one more: some
-# tests wait on other processes (the tuner's measuring runner, a Dask cluster, qemu, pip) with
-# their CPU idle, and the extra worker fills it (2 vCPUs: 3 workers, 5% less wall time on
-# tests/tune, deploy, reliability and runtime). `worksteal` lets an idle
+# The suite runs in parallel (pytest-xdist), one worker per logical CPU; `worksteal` lets an idle
 # worker take tests queued on a busy one, and tests/suite_order.py runs the longest modules first
 # (their durations: tests/module_durations.json, then this machine's earlier runs). The 25
 # slowest tests are listed at the end. PYTEST_ARGS=... adds options (e.g. PYTEST_ARGS="-n 0"
 # runs it in one process). pytest's own exit status is make's: a run that collects no test
 # (exit 5) fails, since a suite that tests nothing must not pass.
-XDIST_WORKERS := $(shell echo $$(( $$(nproc 2>/dev/null || echo 1) + 1 )))
-PYTEST_XDIST := -n $(XDIST_WORKERS) --dist worksteal --durations=25
+PYTEST_XDIST := -n logical --dist worksteal --durations=25
 test: build cross test-deps
 	$(PY) -m pytest $(PYTEST_XDIST) $(PYTEST_ARGS)
 
