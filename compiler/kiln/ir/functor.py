@@ -55,18 +55,41 @@ def _flatten(value, out: list) -> None:
             _flatten(v, out)
 
 
+# class -> a function listing a node's children, written out field by field for that class
+# (made on first use): the traversals below call it once per node of every walk, and a loop
+# over field names with getattr cost twice as much.
+_CHILDREN_OF: Dict[type, Callable[[Node], list]] = {}
+
+
+def _no_children(node) -> list:
+    return []
+
+
+def _children_function(cls) -> Callable[[Node], list]:
+    fields = _child_fields(cls)
+    if not fields:
+        fn = _no_children
+    else:
+        lines = ["def children(n):", "    out = []"]
+        for name in fields:
+            lines += [f"    v = n.{name}",
+                      "    if isinstance(v, Node):",
+                      "        out.append(v)",
+                      "    elif isinstance(v, (tuple, list)):",
+                      "        _flatten(v, out)"]
+        lines.append("    return out")
+        scope = {"Node": Node, "_flatten": _flatten}
+        exec("\n".join(lines), scope)   # noqa: S102 - field names come from dataclass fields
+        fn = scope["children"]
+    _CHILDREN_OF[cls] = fn
+    return fn
+
+
 def _children(node) -> list:
-    fields = _CHILD_FIELDS.get(type(node))
-    if fields is None:
-        fields = _child_fields(type(node))
-    out = []
-    for name in fields:
-        v = getattr(node, name)
-        if isinstance(v, Node):
-            out.append(v)
-        elif isinstance(v, (tuple, list)):
-            _flatten(v, out)
-    return out
+    fn = _CHILDREN_OF.get(type(node))
+    if fn is None:
+        fn = _children_function(type(node))
+    return fn(node)
 
 
 def children(node: Node):
@@ -77,13 +100,14 @@ def children(node: Node):
 def post_order_visit(node: Node, fn: Callable[[Node], None]) -> None:
     """Call ``fn`` on every node below and including ``node``, children first."""
     stack = [(node, False)]
+    of = _CHILDREN_OF.get
     while stack:
         n, done = stack.pop()
         if done:
             fn(n)
             continue
         stack.append((n, True))
-        kids = _children(n)
+        kids = (of(type(n)) or _children_function(type(n)))(n)
         for k in reversed(kids):
             stack.append((k, False))
 
@@ -91,11 +115,12 @@ def post_order_visit(node: Node, fn: Callable[[Node], None]) -> None:
 def pre_order_visit(node: Node, fn: Callable[[Node], Optional[bool]]) -> None:
     """Call ``fn`` on every node, parents first; if it returns False, skip that node's children."""
     stack = [node]
+    of = _CHILDREN_OF.get
     while stack:
         n = stack.pop()
         if fn(n) is False:
             continue
-        kids = _children(n)
+        kids = (of(type(n)) or _children_function(type(n)))(n)
         if kids:
             kids.reverse()
             stack.extend(kids)

@@ -20,6 +20,7 @@ so is ``conv2d_nchwc`` (``ops/nchwc.py``, from ``layout_nchwc.py``), with the ti
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from dataclasses import dataclass, field
 from typing import Dict, List, Sequence, Tuple
 
@@ -229,6 +230,19 @@ def _annotate_packs(func: PrimFunc) -> PrimFunc:
     return func.with_body(transform(func.body, post))
 
 
+# PrimFunc -> its structural hash. Functions are immutable, and each pass that adds kernels
+# (legalize, then fuse_ops) starts a table holding every kernel already in the module: without
+# this, each table would hash them all again.
+_HASHES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _hash_of(func: PrimFunc) -> int:
+    h = _HASHES.get(func)
+    if h is None:
+        h = _HASHES[func] = structural_hash(func)
+    return h
+
+
 class KernelTable:
     """Adds kernels to a module: unique readable names, structurally equal kernels shared."""
 
@@ -237,11 +251,11 @@ class KernelTable:
         self._by_hash: Dict[int, List[str]] = {}
         for name, f in self.functions.items():
             if isinstance(f, PrimFunc):
-                self._by_hash.setdefault(structural_hash(f), []).append(name)
+                self._by_hash.setdefault(_hash_of(f), []).append(name)
 
     def add(self, base_name: str, func: PrimFunc) -> str:
         """The name of ``func`` in the module: an existing equal PrimFunc's, or a new one."""
-        h = structural_hash(func)
+        h = _hash_of(func)
         for name in self._by_hash.get(h, []):
             if structural_equal(self.functions[name], func):
                 return name
