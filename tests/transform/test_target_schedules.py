@@ -98,6 +98,24 @@ def test_default_pipeline_tiles_follow_the_target(target, tile):
     assert attr(out[name], "kiln.scheduled_for") == machine_of(target).key()
 
 
+@pytest.mark.parametrize("n,tile", [(1000, "tile 5x64"), (200, "tile 5x50")])
+def test_run_time_weight_without_a_vector_multiple_divisor(n, tile):
+    """B given at run time, its column count divisible by no multiple of 16: 1,000 columns
+    take 64-wide panels and a guarded last one (24 columns of padding), not 50-wide tiles
+    that end every row in a partial vector; 200 columns keep 50 (64 would compute 256)."""
+    x, b = typed("x", (49, 64)), typed("b", (64, n))
+    mod = graph_module([x, b], lambda emit, x, b: ops.call("matmul", x, b))
+    out = kiln.get_pipeline("default", target=AVX512)(mod)
+    (name,) = kernels(out)
+    assert attr(out[name], "kiln.schedule").startswith(f"matmul: {tile}")
+    if _host_has_avx512():
+        args = [np.random.default_rng(1).standard_normal(s).astype("float32")
+                for s in ((49, 64), (64, n))]
+        vm = kiln.VirtualMachine(kiln.compile(out, target=AVX512), kiln.cpu())
+        got = vm["main"](*[kiln.nd.array(a) for a in args]).numpy()
+        np.testing.assert_allclose(got, args[0] @ args[1], rtol=1e-4, atol=1e-4)
+
+
 def _kernel_asm(mod, target):
     asm = codegen.compile_module(lower(mod), target).assembly()
     return asm[:asm.find("kiln_library_info")]
