@@ -14,6 +14,10 @@ from __future__ import annotations
 import pytest
 
 from build_lock import make_runtime, repo_build_lock
+from zig_lib import use_stable_zig_lib
+
+# zig's C library builds served from its cache in every fresh clone (tests/zig_lib.py).
+use_stable_zig_lib()
 
 # The longest test modules first, for the parallel suite (tests/suite_order.py).
 pytest_plugins = ["suite_order"]
