@@ -38,7 +38,8 @@ def stable_zig_lib() -> Optional[pathlib.Path]:
         if not dest.is_dir():
             tmp = dest.with_name(f"{dest.name}.{os.getpid()}.tmp")
             shutil.rmtree(tmp, ignore_errors=True)
-            shutil.copytree(src, tmp)    # copy2: the files keep their mtimes
+            # copy2 keeps the files' mtimes; a venv's byte-compiled Python files are not zig's
+            shutil.copytree(src, tmp, ignore=shutil.ignore_patterns("__pycache__"))
             os.replace(tmp, dest)        # never a half-copied folder under the final name
     return dest
 
