@@ -100,14 +100,13 @@ def children(node: Node):
 def post_order_visit(node: Node, fn: Callable[[Node], None]) -> None:
     """Call ``fn`` on every node below and including ``node``, children first."""
     stack = [(node, False)]
-    of = _CHILDREN_OF.get
     while stack:
         n, done = stack.pop()
         if done:
             fn(n)
             continue
         stack.append((n, True))
-        kids = (of(type(n)) or _children_function(type(n)))(n)
+        kids = _children(n)
         for k in reversed(kids):
             stack.append((k, False))
 
@@ -115,12 +114,11 @@ def post_order_visit(node: Node, fn: Callable[[Node], None]) -> None:
 def pre_order_visit(node: Node, fn: Callable[[Node], Optional[bool]]) -> None:
     """Call ``fn`` on every node, parents first; if it returns False, skip that node's children."""
     stack = [node]
-    of = _CHILDREN_OF.get
     while stack:
         n = stack.pop()
         if fn(n) is False:
             continue
-        kids = (of(type(n)) or _children_function(type(n)))(n)
+        kids = _children(n)
         if kids:
             kids.reverse()
             stack.extend(kids)

@@ -107,11 +107,6 @@ def _text(x) -> str:
         return object.__repr__(x)
 
 
-# node class -> its dataclass fields (a hash visits every node of a kernel: no per-node
-# dataclasses.is_dataclass / fields() calls).
-_HASH_FIELDS: dict = {}
-
-
 def structural_hash(node) -> int:
     """A hash consistent with ``structural_equal``: equal programs hash equal."""
     ids = {}
@@ -131,13 +126,8 @@ def structural_hash(node) -> int:
                 ids.clear()
                 out.append((k, h(x.functions[k])))
             return hash(("mod",) + tuple(out))
-        if isinstance(x, Node):
-            fields = _HASH_FIELDS.get(type(x))
-            if fields is None:
-                fields = _HASH_FIELDS[type(x)] = (
-                    node_fields(type(x)) if dataclasses.is_dataclass(x) else ())
-            if fields or dataclasses.is_dataclass(x):
-                return hash((type(x).__name__,) + tuple(h(getattr(x, f)) for f in fields))
+        if isinstance(x, Node) and dataclasses.is_dataclass(x):
+            return hash((type(x).__name__,) + tuple(h(getattr(x, f)) for f in node_fields(type(x))))
         if isinstance(x, (tuple, list)):
             return hash(tuple(h(v) for v in x))
         if isinstance(x, dict):
