@@ -25,7 +25,7 @@ def _module(n_kernels=4, scale=1.0):
 
 
 def _objects(cache):
-    return sorted(os.listdir(os.path.join(cache, "objects")))
+    return sorted(f for f in os.listdir(os.path.join(cache, "objects")) if f.endswith(".o"))
 
 
 @pytest.fixture

@@ -293,7 +293,10 @@ def build_library(mod, target="llvm", options: Optional[BuildOptions] = None, *,
 
     Every kernel becomes an object of its own, cached under a hash of its unoptimized LLVM IR,
     the target and the codegen version, and the library under the hash of all of them: a hit
-    skips LLVM entirely, and a module that changed in one kernel recompiles only that one.
+    skips LLVM entirely, and a module that changed in one kernel recompiles only that one. A
+    kernel compiled before by the same Kiln sources is not even lowered to LLVM IR again (its
+    ``.lowered`` record, ``kiln.codegen.worker``): a warm compile of a model is mostly the
+    graph passes and scheduling.
     With ``lower``, each PrimFunc first goes through ``kiln.lower.lower_prim_func`` (as part
     of its job, so in parallel too). A foreign triple (aarch64, armv7, riscv64) is linked with
     its cross toolchain (``kiln.codegen.toolchain.cross_cc``: system cross gcc or zig cc).
@@ -303,7 +306,7 @@ def build_library(mod, target="llvm", options: Optional[BuildOptions] = None, *,
     identify their content (it joins the cache key). ``kiln.executable`` links the executable
     blob this way (with ``allow_empty`` for models made only of external functions).
     """
-    from .worker import KernelJob, key_of
+    from .worker import KernelJob, code_digest, key_of
     options = options or BuildOptions()
     target = parse_target(target)
     # A foreign triple links with its cross toolchain (kiln.codegen.toolchain); this raises,
@@ -316,7 +319,7 @@ def build_library(mod, target="llvm", options: Optional[BuildOptions] = None, *,
     salt = (CODEGEN_VERSION, str(target), target.cpu, target.features, str(options.opt_level))
     taken: set = set()
     jobs = [KernelJob(name, kernel_symbol(name, taken), func, target, lower, salt, objects_dir,
-                      options.opt_level)
+                      options.opt_level, code_digest())
             for name, func in mod.items() if isinstance(func, PrimFunc)]
     if not jobs and not allow_empty:
         raise CodegenError("the module has no tensor programs (PrimFuncs) to compile")

@@ -1,6 +1,12 @@
 """Kernel jobs of ``build_library``: one PrimFunc -> its LLVM module -> its object file (cached),
 run in this process or in a worker process started by ``kiln.codegen.emit``.
 
+Two caches, both in ``objects_dir``: ``KEY.o`` is the object of the LLVM IR whose hash is KEY
+(the IR text is the whole input of LLVM), and ``LKEY.lowered`` remembers which KEY (and
+kernel table entry and notes) a PrimFunc lowered to, LKEY being a hash of the pickled
+PrimFunc, the job's salt and Kiln's own sources (``code_digest``). A job whose ``.lowered``
+record and object both exist skips lowering too, which is most of a warm compile's time.
+
 A worker is ``python -I -c BOOT PATH_JSON`` (``BOOT`` puts the parent's sys.path back and calls
 ``main``). It reads jobs from stdin and answers on stdout, each message a pickle preceded by its
 length (8 bytes, little-endian): a job is ``KernelJob``, an answer ``(key, info, notes, error)``
@@ -31,10 +37,78 @@ class KernelJob:
     salt: tuple             # codegen version, target, options: the rest of the cache key
     objects_dir: str
     opt_level: int
+    code_digest: str = ""   # of Kiln's sources (code_digest()); "" = no .lowered records
 
 
 def key_of(salt, text: str) -> str:
     return hashlib.sha256("\0".join(list(salt) + [text]).encode()).hexdigest()[:32]
+
+
+_CODE_DIGEST: Optional[str] = None
+
+
+def code_digest() -> str:
+    """A hash of every Python source file of the ``kiln`` package, computed once per process.
+
+    How a PrimFunc becomes LLVM IR is decided by this code, so a ``.lowered`` record is only
+    valid for the sources that wrote it; editing any of them (a checkout under development)
+    or installing another version starts new records. "" when the sources cannot be read,
+    which turns the records off."""
+    global _CODE_DIGEST
+    if _CODE_DIGEST is None:
+        try:
+            _CODE_DIGEST = sources_digest(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+        except OSError:
+            _CODE_DIGEST = ""
+    return _CODE_DIGEST
+
+
+def sources_digest(root: str) -> str:
+    """A hash of the names and contents of the ``.py`` files under ``root``."""
+    h = hashlib.sha256()
+    for d, dirs, files in sorted(os.walk(root)):
+        dirs.sort()
+        for f in sorted(files):
+            if f.endswith(".py"):
+                path = os.path.join(d, f)
+                with open(path, "rb") as fh:
+                    h.update(os.path.relpath(path, root).encode() + b"\0" + fh.read() + b"\0")
+    return h.hexdigest()[:32]
+
+
+def _lowered_path(job: KernelJob) -> Optional[str]:
+    """Where the job's ``.lowered`` record lives, or None when it has none (records off, or a
+    PrimFunc that does not pickle)."""
+    if not job.code_digest:
+        return None
+    try:
+        data = pickle.dumps((job.name, job.symbol, job.func, job.lower), protocol=4)
+    except Exception:   # noqa: BLE001 - an unpicklable attribute: lower it every time
+        return None
+    h = hashlib.sha256("\0".join(list(job.salt) + [job.code_digest, ""]).encode())
+    h.update(data)
+    return os.path.join(job.objects_dir, h.hexdigest()[:32] + ".lowered")
+
+
+def _read_lowered(path: str, objects_dir: str):
+    """``(key, info, notes)`` from a record whose object exists, else None. A record that does
+    not read back (truncated, another format) counts as absent and is written again. The
+    records are pickles: like the libraries next to them, the cache folder is trusted."""
+    try:
+        with open(path, "rb") as f:
+            key, info, notes = pickle.load(f)
+    except Exception:   # noqa: BLE001 - absent or unreadable: lower the kernel
+        return None
+    if not isinstance(key, str) or not os.path.exists(os.path.join(objects_dir, f"{key}.o")):
+        return None
+    return key, info, notes
+
+
+def _write(path: str, data: bytes) -> None:
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)   # atomic: a concurrent reader never sees half a file
 
 
 _MACHINES: dict = {}
@@ -49,6 +123,11 @@ def run_job(job: KernelJob):
     from .lower import ModuleContext
     from . import objcompile
     try:
+        record = _lowered_path(job)
+        if record is not None:
+            hit = _read_lowered(record, job.objects_dir)
+            if hit is not None:
+                return (*hit, None)
         func = job.func
         if job.lower:
             from ..lower import lower_prim_func
@@ -71,11 +150,11 @@ def run_job(job: KernelJob):
             llmod.verify()
             obj = bytes(tm.emit_object(llmod))
             del llmod
-            tmp = f"{path}.{os.getpid()}.tmp"
-            with open(tmp, "wb") as f:
-                f.write(obj)
-            os.replace(tmp, path)   # atomic: a concurrent reader never sees half an object
-        return key, replace(info, fn=None), list(mctx.notes), None
+            _write(path, obj)
+        info, notes = replace(info, fn=None), list(mctx.notes)
+        if record is not None:
+            _write(record, pickle.dumps((key, info, notes), protocol=4))
+        return key, info, notes, None
     except Exception as e:  # noqa: BLE001 - handed to the caller, which raises it
         return None, None, None, e
 
