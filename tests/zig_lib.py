@@ -9,12 +9,6 @@ inherits: ``cross_cc``'s, runtime_c's Makefile's, the static test's). The copy l
 own cache folder, so removing that folder makes both cold together (and removes the copies
 of older ziglang versions, about 230 MB each, which nothing else deletes). Tests only: Kiln
 itself uses the venv's zig as installed.
-
-``python tests/zig_lib.py --warm`` builds zig's C libraries for every target the suite links
-for (``WARM_TARGETS``) into that cache. ``make test`` starts it in the background while pip
-installs the rest of the venv, on the core pip leaves idle: musl alone takes about 50 s, zig
-compiling its 1,100 files one at a time. A test that links before it is done waits on zig's
-cache lock; without it, the test builds what it needs itself.
 """
 from __future__ import annotations
 
@@ -24,18 +18,7 @@ import importlib.util
 import os
 import pathlib
 import shutil
-import subprocess
-import sys
-import tempfile
 from typing import Optional
-
-# zig targets the suite links for, and how: the glibc targets of tests/cross (executables and
-# shared libraries: kiln's cross-compiled models) and musl for the fully static ARMv7 app
-# (tests/cross/test_static_cross.py). tests/cross/test_zig_lib.py checks the list against them.
-WARM_TARGETS = (("arm-linux-musleabihf", "-static"),
-                ("arm-linux-gnueabihf", ""), ("arm-linux-gnueabihf", "-shared"),
-                ("aarch64-linux-gnu", ""), ("aarch64-linux-gnu", "-shared"),
-                ("riscv64-linux-gnu", ""), ("riscv64-linux-gnu", "-shared"))
 
 
 def stable_zig_lib() -> Optional[pathlib.Path]:
@@ -70,33 +53,3 @@ def use_stable_zig_lib() -> None:
     lib = stable_zig_lib()
     if lib is not None:
         os.environ["ZIG_LIB_DIR"] = str(lib)
-
-
-def warm() -> int:
-    """Link a tiny C program for each of ``WARM_TARGETS`` with the copy of zig's lib folder, so
-    that zig's cache holds their C libraries; prints each link's time. Returns how many failed."""
-    import time
-    use_stable_zig_lib()
-    failed = 0
-    with tempfile.TemporaryDirectory() as tmp:
-        src = pathlib.Path(tmp) / "warm.c"
-        src.write_text("int kiln_warm(void) { return 0; }\nint main(void) { return kiln_warm(); }\n")
-        for target, mode in WARM_TARGETS:
-            out = pathlib.Path(tmp) / ("warm.so" if mode == "-shared" else "warm")
-            cmd = [sys.executable, "-m", "ziglang", "cc", "-target", target, "-fno-sanitize=undefined",
-                   *([mode] if mode else []), *(["-fPIC"] if mode == "-shared" else []),
-                   str(src), "-o", str(out)]
-            t0 = time.perf_counter()
-            proc = subprocess.run(cmd, capture_output=True, text=True)
-            failed += proc.returncode != 0
-            print(f"{target} {mode or '(executable)'}: {time.perf_counter() - t0:.1f} s"
-                  f"{'' if proc.returncode == 0 else ' FAILED: ' + proc.stderr.strip()}", flush=True)
-    return failed
-
-
-if __name__ == "__main__":
-    if sys.argv[1:] != ["--warm"]:
-        sys.exit("usage: python tests/zig_lib.py --warm")
-    if importlib.util.find_spec("ziglang") is None:
-        sys.exit("no ziglang package in this Python: nothing to warm")
-    sys.exit(1 if warm() else 0)

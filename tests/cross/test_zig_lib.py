@@ -32,14 +32,3 @@ def test_the_suite_points_zig_at_an_identical_copy():
     for rel in names[:: max(1, len(names) // 100)]:
         assert (src / rel).read_bytes() == (copy / rel).read_bytes(), rel
     assert stable_zig_lib() == copy
-
-
-def test_the_warm_up_covers_the_suites_zig_targets():
-    """``make test`` warms zig's cache for WARM_TARGETS; a target the cross tests link for and
-    the list forgets would be built by its first test instead (slower, never wrong)."""
-    from cross_helpers import TARGETS
-    from kiln.codegen.toolchain import zig_target
-    from zig_lib import WARM_TARGETS
-    warmed = {t for t, _ in WARM_TARGETS}
-    assert {zig_target(t.split()[0]) for t in TARGETS.values()} | {"arm-linux-musleabihf"} == warmed
-    assert {(zig_target(t.split()[0]), "-shared") for t in TARGETS.values()} <= set(WARM_TARGETS)
