@@ -306,7 +306,7 @@ def build_library(mod, target="llvm", options: Optional[BuildOptions] = None, *,
     identify their content (it joins the cache key). ``kiln.executable`` links the executable
     blob this way (with ``allow_empty`` for models made only of external functions).
     """
-    from .worker import KernelJob, code_digest, key_of
+    from .worker import KernelJob, code_digest, key_of, write_atomic
     options = options or BuildOptions()
     target = parse_target(target)
     # A foreign triple links with its cross toolchain (kiln.codegen.toolchain); this raises,
@@ -336,10 +336,7 @@ def build_library(mod, target="llvm", options: Optional[BuildOptions] = None, *,
         if not os.path.exists(table_obj):
             tm = target.create_target_machine(opt=options.opt_level)
             llmod = _parse(table, "the library table")
-            data = bytes(tm.emit_object(llmod))
-            with open(os.path.join(tmp, "table.o"), "wb") as f:
-                f.write(data)
-            os.replace(os.path.join(tmp, "table.o"), table_obj)
+            write_atomic(table_obj, bytes(tm.emit_object(llmod)))
         keys = [r[0] for r in results] + [table_key]
         lib_key = key_of(salt, "\0".join(keys + ([extra_key] if extra_key else [])))
         lib_path = os.path.join(options.cache_dir, f"kiln_{lib_key}.so")

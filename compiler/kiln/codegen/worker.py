@@ -104,11 +104,13 @@ def _read_lowered(path: str, objects_dir: str):
     return key, info, notes
 
 
-def _write(path: str, data: bytes) -> None:
+def write_atomic(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary name, so that a concurrent reader (another
+    build sharing the cache) never sees half a file."""
     tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "wb") as f:
         f.write(data)
-    os.replace(tmp, path)   # atomic: a concurrent reader never sees half a file
+    os.replace(tmp, path)
 
 
 _MACHINES: dict = {}
@@ -150,10 +152,10 @@ def run_job(job: KernelJob):
             llmod.verify()
             obj = bytes(tm.emit_object(llmod))
             del llmod
-            _write(path, obj)
+            write_atomic(path, obj)
         info, notes = replace(info, fn=None), list(mctx.notes)
         if record is not None:
-            _write(record, pickle.dumps((key, info, notes), protocol=4))
+            write_atomic(record, pickle.dumps((key, info, notes), protocol=4))
         return key, info, notes, None
     except Exception as e:  # noqa: BLE001 - handed to the caller, which raises it
         return None, None, None, e
