@@ -275,9 +275,10 @@ class FuncLowerer(ExprLowerer):
     def _unrolled(self, s: For) -> None:
         lo = self.scalar_index(s.min)
         n = cg.constant_int(self.scalar_index(s.extent))
-        if n is None or n > MAX_UNROLL_COPIES or not self._copies_here(s.body):
+        if n is None or n > MAX_UNROLL_COPIES or n > 1 and not self._copies_here(s.body):
             # LLVM unrolls it (its full unroll runs before the SROA that promotes a register
             # tile's stack accumulators), or cannot: a loop with llvm.loop.unroll metadata.
+            # One iteration is one copy here: its index is then a constant, as in serial_loop.
             hint = "llvm.loop.unroll.enable" if n is None else "llvm.loop.unroll.full"
             return self.serial_loop(s, hints={hint: None})
         for k in range(n):
