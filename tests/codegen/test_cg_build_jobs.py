@@ -55,7 +55,7 @@ def test_objects_are_cached_per_kernel(tmp_path):
     opts = BuildOptions(cache_dir=str(tmp_path), jobs=1)
     first = codegen.build_library(_module(), "llvm", opts)
     before = set(_objects(tmp_path))
-    assert len(before) == 5                      # four kernels and the library table
+    assert len(before) == 6      # four kernels, the library table and the CPU check
     mod = _module()
     A, B = buf("A", (8,)), buf("B", (8,))
     other = IRModule({**dict(mod.items()), "k0": elementwise(8, [A], B, lambda a: a - 1.0, "vectorized")})
@@ -71,3 +71,18 @@ def test_a_kernel_error_is_raised_with_workers_running(tmp_path, workers_at_once
     mod = IRModule({**dict(_module(3).items()), "bad": bad})
     with pytest.raises(CodegenError, match="buffer 'X' is used but is neither a parameter"):
         codegen.build_library(mod, "llvm", BuildOptions(cache_dir=str(tmp_path), jobs=2))
+
+
+def test_the_cpu_check_object_is_shared_by_libraries(tmp_path):
+    """The CPU features check is the same for every library of a target: one object holds it
+    for both libraries here (each has its own library table)."""
+    opts = BuildOptions(cache_dir=str(tmp_path), jobs=1)
+    codegen.build_library(_module(2), "llvm", opts)
+    codegen.build_library(_module(3), "llvm", opts)
+
+    def defines_features(name):
+        with open(os.path.join(tmp_path, "objects", name), "rb") as f:
+            return b"kiln_cpu_features" in f.read()
+    objs = _objects(tmp_path)
+    assert len(objs) == 6        # three kernels, two library tables, one CPU check
+    assert sum(map(defines_features, objs)) == 1

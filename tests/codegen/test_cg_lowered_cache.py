@@ -81,7 +81,7 @@ def test_no_records_without_a_code_digest(tmp_path, monkeypatch):
     monkeypatch.setattr(worker, "_CODE_DIGEST", "")
     cache = str(tmp_path / "cache")
     build(cache, two_kernels())
-    assert records(cache) == [] and len(objects(cache)) == 3    # two kernels and the table
+    assert records(cache) == [] and len(objects(cache)) == 4    # two kernels, table, CPU check
 
 
 def test_the_digest_follows_every_source_file(tmp_path):

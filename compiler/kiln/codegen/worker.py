@@ -116,6 +116,24 @@ def write_atomic(path: str, data: bytes) -> None:
 _MACHINES: dict = {}
 
 
+def target_machine(target, opt_level: int):
+    """The LLVM target machine for ``target`` at ``opt_level``, made once per process."""
+    key = (str(target), opt_level)
+    tm = _MACHINES.get(key)
+    if tm is None:
+        tm = _MACHINES[key] = target.create_target_machine(opt=opt_level)
+    return tm
+
+
+def compile_object(path: str, text: str, what: str, target, opt_level: int) -> None:
+    """Write the object code of the LLVM IR ``text`` (not optimized: data and small helpers)
+    to ``path`` unless it is there already."""
+    from .emit import _parse
+    if not os.path.exists(path):
+        tm = target_machine(target, opt_level)
+        write_atomic(path, bytes(tm.emit_object(_parse(text, what))))
+
+
 def run_job(job: KernelJob):
     """Lower ``job.func`` into an LLVM module of its own and make sure the object for it is in
     ``job.objects_dir`` (named by the key: a hash of the IR text and ``job.salt``). Returns
@@ -142,10 +160,7 @@ def run_job(job: KernelJob):
         key = key_of(job.salt, text)
         path = os.path.join(job.objects_dir, f"{key}.o")
         if not os.path.exists(path):
-            tm_key = (str(job.target), job.opt_level)
-            tm = _MACHINES.get(tm_key)
-            if tm is None:
-                tm = _MACHINES[tm_key] = job.target.create_target_machine(opt=job.opt_level)
+            tm = target_machine(job.target, job.opt_level)
             llmod = _parse(text, f"kernel {job.name!r}, before optimization")
             del text
             objcompile.optimize(llmod, tm, job.opt_level)
