@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 
-.PHONY: all build runtime cross example deploy-examples java wheel test test-fast bench clean test-deps fuzz fuzz-smoke fuzz-deps
+.PHONY: all build runtime cross example deploy-examples java wheel test test-fast test-setup prebuild-c bench clean test-deps fuzz fuzz-smoke fuzz-deps
 
 all: example
 
@@ -79,13 +79,28 @@ wheel: $(VENV)/.installed
 # again (`import torch` 3.0 s instead of 1.5; collecting the suite 17 s instead of 8 per worker).
 PYTEST_XDIST := -n logical --dist worksteal --durations=25
 PYTEST_ENV := PYTHONDONTWRITEBYTECODE=
-test: build cross test-deps
+test: test-setup
 	$(PYTEST_ENV) $(PY) -m pytest $(PYTEST_XDIST) $(PYTEST_ARGS)
+
+# The tests' set-up: the build, the cross tools, clang. pip's install of the venv keeps one core
+# busy for about 40 s; meanwhile the other builds the C that the tests use and that needs neither
+# the venv nor zig (prebuild-c: the runtime's sanitizer, single-threaded and embedded variants,
+# the libFuzzer targets; their outputs are apart from the build's). It is best effort: a test
+# that finds one missing or stale builds it itself, under the build lock (tests/build_lock.py),
+# and reports what fails. Its output goes to runtime_c/build/prebuild.log.
+test-setup: test-deps
+	@mkdir -p runtime_c/build
+	@$(MAKE) -s prebuild-c >runtime_c/build/prebuild.log 2>&1 & pre=$$!; \
+	$(MAKE) build cross; rc=$$?; wait $$pre; exit $$rc
+
+prebuild-c:
+	-$(MAKE) -C runtime_c asan tsan single embedded
+	-$(MAKE) -C runtime_c/fuzz check-clang && $(MAKE) -C runtime_c/fuzz
 
 # The same without the tests marked slow. Exit 5 then also means "every test selected by
 # PYTEST_ARGS is slow" (e.g. PYTEST_ARGS=tests/packaging), which is not a failure; it passes
 # only when the same selection without -m collects some test, so an empty suite still fails.
-test-fast: build cross test-deps
+test-fast: test-setup
 	$(PYTEST_ENV) $(PY) -m pytest $(PYTEST_XDIST) -m "not slow" $(PYTEST_ARGS); rc=$$?; \
 	if [ $$rc -eq 5 ] && $(PY) -m pytest --collect-only -q $(PYTEST_ARGS) >/dev/null 2>&1; then \
 	    echo "test-fast: every selected test is marked slow; none run"; exit 0; fi; exit $$rc

@@ -7,9 +7,11 @@ the test's tmp dir."""
 from __future__ import annotations
 
 import os
+import shutil
 
 import pytest
 
+from build_lock import RUNTIME, repo_build_lock
 from fuzz_run import TARGETS, build_models, build_targets, clang_problem, run_target, write_seeds
 
 SECONDS = int(os.environ.get("KILN_FUZZ_SECONDS", "10"))
@@ -28,9 +30,14 @@ def fuzz_setup(tmp_path_factory):
 @pytest.mark.parametrize("target", TARGETS)
 def test_fuzz_target_finds_nothing(target, fuzz_setup):
     work, seeds = fuzz_setup
-    # each test builds only its own target (into tmp: no shared build dir to lock), so xdist
-    # workers running the three tests do not build the same thing
-    exe = build_targets(work / "bin", [target])[target]
+    # The targets' build dir (runtime_c/build/fuzz), under the build lock: `make test` builds
+    # them there while pip installs (Makefile, prebuild-c), so this is up to date and instant;
+    # run alone, each test builds only its own target. The copy is this test's to run.
+    with repo_build_lock():
+        built = build_targets(RUNTIME / "build" / "fuzz", [target])[target]
+        exe = work / "bin" / target
+        exe.parent.mkdir(exist_ok=True)
+        shutil.copy2(built, exe)
     r = run_target(exe, seeds[target], work / target, seeds["libs"], SECONDS)
     assert r["ok"], f"{target}: {r['crashes']}\n{r['log']}"
     assert r["runs"] >= 100, r["log"]  # it did fuzz, not only load the seeds
