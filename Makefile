@@ -83,18 +83,20 @@ test: test-setup
 	$(PYTEST_ENV) $(PY) -m pytest $(PYTEST_XDIST) $(PYTEST_ARGS)
 
 # The tests' set-up: the build, the cross tools, clang. pip's install of the venv keeps one core
-# busy for about 40 s; meanwhile the other builds the C that the tests use and that needs neither
-# the venv nor zig (prebuild-c: the runtime's sanitizer, single-threaded and embedded variants,
-# the libFuzzer targets; their outputs are apart from the build's). It is best effort: a test
-# that finds one missing or stale builds it itself, under the build lock (tests/build_lock.py),
-# and reports what fails. Its output goes to runtime_c/build/prebuild.log.
+# busy for about 40 s; meanwhile the other builds the C that needs neither the venv nor zig
+# (prebuild-c: the runtime, its sanitizer, single-threaded and embedded variants that tests
+# build, the libFuzzer targets), and `make build` runs once both are done, finding the runtime
+# built. It is best effort: what fails there is built again where it is needed (`make build`, or
+# a test, under the build lock of tests/build_lock.py), which reports it. Its output goes to
+# runtime_c/build/prebuild.log.
 test-setup: test-deps
 	@mkdir -p runtime_c/build
 	@$(MAKE) -s prebuild-c >runtime_c/build/prebuild.log 2>&1 & pre=$$!; \
-	$(MAKE) build cross; rc=$$?; wait $$pre; exit $$rc
+	$(MAKE) $(VENV)/.installed cross; rc=$$?; wait $$pre; [ $$rc -eq 0 ] || exit $$rc; \
+	$(MAKE) build
 
 prebuild-c:
-	-$(MAKE) -C runtime_c asan tsan single embedded
+	-$(MAKE) -C runtime_c all asan tsan single embedded
 	-$(MAKE) -C runtime_c/fuzz check-clang && $(MAKE) -C runtime_c/fuzz
 
 # The same without the tests marked slow. Exit 5 then also means "every test selected by
