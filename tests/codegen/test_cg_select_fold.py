@@ -8,29 +8,24 @@ import numpy as np
 
 import kiln
 from kiln.codegen.emit import compile_module, lower_to_llvm
-from kiln.script import T
+from kiln.ir.expr import FloatImm, Select, Var
+
+from cg_irbuild import buf, nest, prim_func, realize, store
 
 
-@kiln.script.ir_module
-class RowPick:
-    @T.prim_func
-    def main(A: T.Buffer((4,), "float32"), B: T.Buffer((4,), "float32"),
-             C: T.Buffer((4,), "float32")):
-        for i in T.unroll(4):
-            with T.block("C"):
-                vi = T.axis.spatial(4, i)
-                C[vi] = T.Select(vi == 2, B[vi] * T.float32(3), A[vi] + T.float32(1))
+def _row_pick(accumulate: bool):
+    """``C[i] = Select(i == 2, B[i] * 3, A[i] + 1)`` over ``i`` in an unrolled loop of 4, or with
+    ``accumulate`` ``C[i] = C[i] + Select(...)``."""
+    A, B, C = buf("A", (4,)), buf("B", (4,)), buf("C", (4,))
+    i = Var("i")
+
+    def body(vi):
+        picked = Select(vi == 2, B[vi] * FloatImm(3.0, "float32"), A[vi] + FloatImm(1.0, "float32"))
+        return store(C, C[vi] + picked if accumulate else picked, vi)
+    return prim_func([A, B, C], nest([(i, 4, "unrolled")], realize("C", [("S", 4, i)], body)))
 
 
-@kiln.script.ir_module
-class RowPickInto:
-    @T.prim_func
-    def main(A: T.Buffer((4,), "float32"), B: T.Buffer((4,), "float32"),
-             C: T.Buffer((4,), "float32")):
-        for i in T.unroll(4):
-            with T.block("C"):
-                vi = T.axis.spatial(4, i)
-                C[vi] = C[vi] + T.Select(vi == 2, B[vi] * T.float32(3), A[vi] + T.float32(1))
+RowPick, RowPickInto = _row_pick(False), _row_pick(True)
 
 
 def test_constant_condition_lowers_one_arm():
