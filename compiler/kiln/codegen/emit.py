@@ -41,9 +41,10 @@ PARALLEL_AFTER_S = 0.3
 MAX_JOBS = 8
 
 
-def _default_cache_dir() -> str:
-    # KILN_CACHE_DIR is the one environment variable Kiln reads; it is read here, once, into
-    # the options object, and nothing downstream looks at the environment.
+def default_cache_dir() -> str:
+    """Kiln's cache folder: ``KILN_CACHE_DIR``, else ``~/.cache/kiln``."""
+    # KILN_CACHE_DIR is the one environment variable Kiln reads, here only: into the options
+    # object (BuildOptions.cache_dir) and for the schedule cache (kiln.transform.schedule_cache).
     return os.environ.get("KILN_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".cache", "kiln")
 
 
@@ -63,7 +64,7 @@ class BuildOptions:
     """How libraries are built: where they are cached, which C compiler links them, and how
     many processes run LLVM (``jobs``: 0 = one per CPU this process may use, at most 8; 1 = all
     in this process). ``jobs`` changes only the time a build takes, never the library."""
-    cache_dir: str = field(default_factory=_default_cache_dir)
+    cache_dir: str = field(default_factory=default_cache_dir)
     cc: str = field(default_factory=find_cc)
     opt_level: int = 3
     jobs: int = 0

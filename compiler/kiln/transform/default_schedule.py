@@ -63,6 +63,7 @@ from .schedule_rules import (block_infos, consumers, has_select, inline_intermed
 from .schedule_conv import find_blocked_conv, schedule_blocked_conv
 from .schedule_nchwc import (find_blocked_pool, find_depthwise, schedule_blocked_pool,
                              schedule_depthwise)
+from .schedule_cache import scheduled
 from .schedule_pool import pool_block, schedule_pool
 from .schedule_tile import analyze_contraction, schedule_contraction
 from .schedule_attention import RULES as ATTENTION_RULES
@@ -80,7 +81,7 @@ def default_schedule(ctx: Optional[PassContext] = None) -> Pass:
         funcs = {}
         for name, f in mod.functions.items():
             todo = isinstance(f, PrimFunc) and needs_schedule(f)
-            funcs[name] = schedule_kernel(f, ctx) if todo else f
+            funcs[name] = scheduled(f, ctx, lambda g: schedule_kernel(g, ctx)) if todo else f
         return IRModule(funcs, mod.attrs)
     return Pass("default_schedule", run)
 

@@ -1,0 +1,73 @@
+"""Scheduled kernels kept on disk, so that a kernel scheduled once is not scheduled again.
+
+``default_schedule`` runs each unscheduled kernel through its rules: Python that costs a few to
+a hundred milliseconds a kernel, paid again by every compile of the same model and, within a
+test suite or a tuning session, by every model that makes the same kernel (in a cold run of
+Kiln's suite, 40% of the kernels repeat one made before). ``scheduled(func, ctx, schedule)``
+looks the result up under a hash of the pickled kernel, the ``PassContext`` (target, machine,
+tile options) and Kiln's sources (``kiln.codegen.worker.code_digest``: any edit starts new
+records, like the ``.lowered`` records of codegen), in ``<cache dir>/schedules`` (the cache
+dir of ``kiln.codegen.BuildOptions``: ``KILN_CACHE_DIR`` or ``~/.cache/kiln``). A record that
+is missing or does not read back is made again; a kernel scheduled from a tuning database is
+not cached (the database decides it).
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import os
+import pickle
+from typing import Callable, Optional
+
+from ..ir import PrimFunc
+from .infra import PassContext
+
+
+def context_key(ctx: PassContext) -> str:
+    """The options a schedule depends on, as text: every field of the (resolved) context, the
+    target by its string and its machine by ``Machine.key()``."""
+    parts = [f"machine={ctx.machine.key()}"]
+    for f in dataclasses.fields(ctx):
+        v = getattr(ctx, f.name)
+        parts.append(f"{f.name}={v if f.name == 'target' else repr(v)}")
+    return ";".join(parts)
+
+
+def record_path(func: PrimFunc, ctx: PassContext, cache_dir: Optional[str] = None) -> Optional[str]:
+    """Where the schedule of ``func`` under ``ctx`` is kept, or None when it is not cached (no
+    code digest, a tuning database, or a kernel that does not pickle)."""
+    from ..codegen.emit import default_cache_dir
+    from ..codegen.worker import code_digest
+    digest = code_digest()
+    if not digest or ctx.tuning_db:
+        return None
+    try:
+        blob = pickle.dumps(func, protocol=4)
+    except Exception:   # noqa: BLE001 - an attribute that does not pickle: not cached
+        return None
+    h = hashlib.sha256(digest.encode() + b"\0" + context_key(ctx).encode() + b"\0" + blob)
+    return os.path.join(cache_dir or default_cache_dir(), "schedules", h.hexdigest()[:32] + ".sched")
+
+
+def scheduled(func: PrimFunc, ctx: PassContext, schedule: Callable[[PrimFunc], PrimFunc],
+              cache_dir: Optional[str] = None) -> PrimFunc:
+    """``schedule(func)``, read from the cache when ``func`` was scheduled before under ``ctx``
+    by the same Kiln sources, else computed and written there."""
+    from ..codegen.worker import write_atomic
+    path = record_path(func, ctx, cache_dir)
+    if path is None:
+        return schedule(func)
+    try:
+        with open(path, "rb") as f:
+            hit = pickle.load(f)
+        if isinstance(hit, PrimFunc):
+            return hit
+    except Exception:   # noqa: BLE001 - absent or unreadable: schedule it again
+        pass
+    out = schedule(func)
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        write_atomic(path, pickle.dumps(out, protocol=4))
+    except (OSError, pickle.PicklingError, TypeError, AttributeError):
+        pass   # a cache that cannot be written only costs the next compile this schedule
+    return out
