@@ -301,14 +301,7 @@ class FuncLowerer(ExprLowerer):
         - one that only stores values computed without loads (a tile's zero init): LLVM turns
           that loop into a ``memset`` call first, which a guarded tile then keeps (a 1x1
           convolution with a partial last tile ran 8% slower)."""
-        stored, loaded = set(), set()
-
-        def visit(n):
-            if isinstance(n, BufferStore):
-                stored.add(n.buffer)
-            elif isinstance(n, BufferLoad):
-                loaded.add(n.buffer)
-        pre_order_visit(body, visit)
+        stored, loaded = self.m.memo("stored_loaded", body, _stored_and_loaded)
         if not loaded:
             return True
         return any(not isinstance(self.bufs[b].ptr, ir.AllocaInstr)
@@ -418,6 +411,19 @@ def _captures(s: For, fl: FuncLowerer):
     for b in outer_bufs:
         fl.buf(b)  # raises a clear error for an unbound buffer
     return list(vars_), outer_bufs
+
+
+def _stored_and_loaded(body):
+    """(buffers ``body`` stores to, buffers it loads from)."""
+    stored, loaded = set(), set()
+
+    def visit(n):
+        if isinstance(n, BufferStore):
+            stored.add(n.buffer)
+        elif isinstance(n, BufferLoad):
+            loaded.add(n.buffer)
+    pre_order_visit(body, visit)
+    return stored, loaded
 
 
 def _touches_subbyte(body, stores_only: bool = False) -> bool:

@@ -76,32 +76,46 @@ def sources_digest(root: str) -> str:
     return h.hexdigest()[:32]
 
 
-def _lowered_path(job: KernelJob) -> Optional[str]:
-    """Where the job's ``.lowered`` record lives, or None when it has none (records off, or a
-    PrimFunc that does not pickle)."""
-    if not job.code_digest:
+def record_key(digest: str, parts, obj) -> Optional[str]:
+    """The name of a record about ``obj`` that Kiln's sources decide (a ``.lowered`` record, a
+    cached schedule): a hash of ``parts`` (strings), ``digest`` (``code_digest()``) and the
+    pickle of ``obj``. None when records are off (no digest) or ``obj`` does not pickle."""
+    if not digest:
         return None
     try:
-        data = pickle.dumps((job.name, job.symbol, job.func, job.lower), protocol=4)
-    except Exception:   # noqa: BLE001 - an unpicklable attribute: lower it every time
+        data = pickle.dumps(obj, protocol=4)
+    except Exception:   # noqa: BLE001 - an unpicklable attribute: no record, do the work
         return None
-    h = hashlib.sha256("\0".join(list(job.salt) + [job.code_digest, ""]).encode())
+    h = hashlib.sha256("\0".join([*parts, digest, ""]).encode())
     h.update(data)
-    return os.path.join(job.objects_dir, h.hexdigest()[:32] + ".lowered")
+    return h.hexdigest()[:32]
 
 
-def _read_lowered(path: str, objects_dir: str):
-    """``(key, info, notes)`` from a record whose object exists, else None. A record that does
-    not read back (truncated, another format) counts as absent and is written again. The
+def read_record(path: str):
+    """The object pickled at ``path``, or None when it is absent or does not read back
+    (truncated, another format): the caller then does the work again and rewrites it. The
     records are pickles: like the libraries next to them, the cache folder is trusted."""
     try:
         with open(path, "rb") as f:
-            key, info, notes = pickle.load(f)
-    except Exception:   # noqa: BLE001 - absent or unreadable: lower the kernel
+            return pickle.load(f)
+    except Exception:   # noqa: BLE001 - absent or unreadable
         return None
-    if not isinstance(key, str) or not os.path.exists(os.path.join(objects_dir, f"{key}.o")):
+
+
+def _lowered_path(job: KernelJob) -> Optional[str]:
+    """Where the job's ``.lowered`` record lives, or None when it has none."""
+    key = record_key(job.code_digest, job.salt, (job.name, job.symbol, job.func, job.lower))
+    return None if key is None else os.path.join(job.objects_dir, key + ".lowered")
+
+
+def _read_lowered(path: str, objects_dir: str):
+    """``(key, info, notes)`` from a record whose object exists, else None."""
+    hit = read_record(path)
+    if not (isinstance(hit, tuple) and len(hit) == 3 and isinstance(hit[0], str)):
         return None
-    return key, info, notes
+    if not os.path.exists(os.path.join(objects_dir, f"{hit[0]}.o")):
+        return None
+    return hit
 
 
 def write_atomic(path: str, data: bytes) -> None:

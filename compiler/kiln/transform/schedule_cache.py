@@ -14,7 +14,6 @@ not cached (the database decides it).
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
 import pickle
 from typing import Callable, Optional
@@ -37,33 +36,24 @@ def record_path(func: PrimFunc, ctx: PassContext, cache_dir: Optional[str] = Non
     """Where the schedule of ``func`` under ``ctx`` is kept, or None when it is not cached (no
     code digest, a tuning database, or a kernel that does not pickle)."""
     from ..codegen.emit import default_cache_dir
-    from ..codegen.worker import code_digest
-    digest = code_digest()
-    if not digest or ctx.tuning_db:
+    from ..codegen.worker import code_digest, record_key
+    key = None if ctx.tuning_db else record_key(code_digest(), [context_key(ctx)], func)
+    if key is None:
         return None
-    try:
-        blob = pickle.dumps(func, protocol=4)
-    except Exception:   # noqa: BLE001 - an attribute that does not pickle: not cached
-        return None
-    h = hashlib.sha256(digest.encode() + b"\0" + context_key(ctx).encode() + b"\0" + blob)
-    return os.path.join(cache_dir or default_cache_dir(), "schedules", h.hexdigest()[:32] + ".sched")
+    return os.path.join(cache_dir or default_cache_dir(), "schedules", key + ".sched")
 
 
 def scheduled(func: PrimFunc, ctx: PassContext, schedule: Callable[[PrimFunc], PrimFunc],
               cache_dir: Optional[str] = None) -> PrimFunc:
     """``schedule(func)``, read from the cache when ``func`` was scheduled before under ``ctx``
     by the same Kiln sources, else computed and written there."""
-    from ..codegen.worker import write_atomic
+    from ..codegen.worker import read_record, write_atomic
     path = record_path(func, ctx, cache_dir)
     if path is None:
         return schedule(func)
-    try:
-        with open(path, "rb") as f:
-            hit = pickle.load(f)
-        if isinstance(hit, PrimFunc):
-            return hit
-    except Exception:   # noqa: BLE001 - absent or unreadable: schedule it again
-        pass
+    hit = read_record(path)
+    if isinstance(hit, PrimFunc):
+        return hit
     out = schedule(func)
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
