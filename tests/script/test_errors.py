@@ -1,6 +1,7 @@
 """Scripts that do not parse raise ScriptError naming the line, the source line, and what was
 expected; for decorated code the line is the line in the user's file."""
 import inspect
+import sys
 
 import pytest
 
@@ -98,3 +99,35 @@ def test_decorator_errors_use_the_line_in_the_file():
 
 def test_script_error_is_a_value_error():
     assert issubclass(ScriptError, ValueError)
+
+
+class _Outer:
+    class Inner:   # a nested class: inspect names it _Outer.Inner
+        pass
+
+
+def _keep(cls):
+    return cls
+
+
+def test_class_sources_are_found_as_inspect_finds_them():
+    """``Source.of`` reads a class's lines from one parse of its file (``_class_source``); they
+    are inspect's, for classes at module level, nested, and defined in a function (where the
+    class of the same name at module level must not be taken), decorated ones from their
+    first decorator."""
+    from kiln.script.parser import _class_source
+
+    @_keep
+    class _Outer:   # the same name as the module-level class above
+        pass
+
+    local, module_level = _Outer, globals()["_Outer"]
+    for cls in (local, module_level, module_level.Inner):
+        got = _class_source(cls)
+        if sys.version_info >= (3, 13):
+            assert got is None   # inspect is fast there (__firstlineno__): it is used as is
+        else:
+            assert got == inspect.getsourcelines(cls)
+    lines, start = inspect.getsourcelines(local)
+    assert lines[0].strip() == "@_keep" and lines[1].strip().startswith("class _Outer:")
+    assert start != inspect.getsourcelines(module_level)[1]

@@ -12,7 +12,10 @@ in the text, the offending source line, and what was expected.
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
+import linecache
+import sys
 import textwrap
 from typing import Callable, Dict, List, Optional
 
@@ -47,7 +50,7 @@ class Source:
     def of(obj) -> "Source":
         """The source of a class or function (dedented), with its place in its file."""
         try:
-            lines, start = inspect.getsourcelines(obj)
+            lines, start = _class_source(obj) or inspect.getsourcelines(obj)
             filename = inspect.getsourcefile(obj) or "<unknown>"
         except (OSError, TypeError) as e:
             raise ScriptError(f"cannot read the source of {getattr(obj, '__qualname__', obj)!r} ({e}); "
@@ -66,6 +69,49 @@ class Source:
             line = self.lines[e.lineno - 1] if e.lineno and e.lineno <= len(self.lines) else None
             raise ScriptError(f"invalid Python syntax: {e.msg}", (e.lineno or 0) + self.line_offset,
                               line, self.filename) from None
+
+
+def _class_source(obj):
+    """``(lines, first line number)`` of class ``obj``'s source, as ``inspect.getsourcelines``
+    gives them, or None to let inspect find it. Before Python 3.13, inspect parses the whole
+    file again for every class it looks up; a test file with dozens of ``@ir_module`` classes
+    took seconds to import. Here each file's text is parsed once."""
+    if not isinstance(obj, type) or hasattr(obj, "__firstlineno__"):
+        return None
+    filename = inspect.getsourcefile(obj)
+    module = sys.modules.get(obj.__module__)
+    lines = linecache.getlines(filename, module.__dict__ if module else None) if filename else []
+    if not lines:
+        return None
+    lnum = _class_starts(filename, "".join(lines)).get(obj.__qualname__)
+    if lnum is None:
+        return None
+    return inspect.getblock(lines[lnum:]), lnum + 1
+
+
+@functools.lru_cache(maxsize=16)
+def _class_starts(filename: str, text: str) -> Dict[str, int]:
+    """Qualified name -> 0-based first line (its first decorator's) of every class in ``text``,
+    named as inspect names them (functions add ``<locals>``)."""
+    starts: Dict[str, int] = {}
+    try:
+        tree = ast.parse(text, filename)
+    except SyntaxError:
+        return starts
+
+    def visit(node, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ClassDef):
+                name = prefix + child.name
+                first = child.decorator_list[0].lineno if child.decorator_list else child.lineno
+                starts.setdefault(name, first - 1)
+                visit(child, name + ".")
+            elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                visit(child, prefix + child.name + ".<locals>.")
+            else:
+                visit(child, prefix)
+    visit(tree, "")
+    return starts
 
 
 def dotted(node) -> Optional[str]:
