@@ -98,10 +98,10 @@ def compiled(mod, threads: int, db=None):
 
 
 def bench_one(name: str, threads: int, budgets, tmp: str, plot_dir: str, repeat: int,
-              log=print) -> list:
+              log=print, settle_s: float = 0.25) -> list:
     """Tune workload ``name`` at ``threads`` up to each budget in turn (module docstring),
     then time every budget's model against the default and the references; one row per
-    budget."""
+    budget. ``settle_s``: the pause before each timed block (``onnx_models.alternate``)."""
     from threadpoolctl import threadpool_limits
     from kiln.tune.plot import plot_curves
     path, mod, inputs, weight = prepare(name, tmp)
@@ -142,7 +142,7 @@ def bench_one(name: str, threads: int, budgets, tmp: str, plot_dir: str, repeat:
         x = inputs["x"]
         calls["numpy"] = lambda: x @ weight
     with threadpool_limits(threads):
-        med = alternate(calls, per_round=repeat)
+        med = alternate(calls, per_round=repeat, settle_s=settle_s)
     rows = []
     for b in budgets:
         t = med[f"tuned {b:.0f}s"]
