@@ -151,6 +151,7 @@ def pytest_sessionfinish(session, exitstatus):
     if getattr(config, "cache", None) is not None:
         config.cache.set(CACHE_KEY, cached)
     if config.getoption("--write-module-durations"):
-        merged = _recorded(config)
-        COMMITTED.write_text(json.dumps(dict(sorted(merged.items(), key=lambda kv: (-kv[1][1], -kv[1][0]))),
-                                        indent=0) + "\n")
+        merged = sorted(_recorded(config).items(), key=lambda kv: (-kv[1][1], -kv[1][0]))
+        # one module a line: "path": [seconds, longest test]
+        COMMITTED.write_text("{\n" + ",\n".join(f"{json.dumps(m)}: {json.dumps(v)}" for m, v in merged)
+                             + "\n}\n")
