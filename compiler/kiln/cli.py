@@ -253,8 +253,8 @@ def cmd_compile(args) -> int:
         raise CLIError(f"--tuning-db {args.tuning_db}: no such file")
     with step(f"running pipeline {args.pipeline!r}"):
         try:
-            pipeline = kiln.get_pipeline(args.pipeline, PassContext(tuning_db=args.tuning_db),
-                                         target=args.target)
+            ctx = PassContext(tuning_db=args.tuning_db, cache_dir=args.cache_dir)
+            pipeline = kiln.get_pipeline(args.pipeline, ctx, target=args.target)
         except ValueError as e:
             raise CLIError(str(e)) from None
         except Exception as e:

@@ -1,7 +1,12 @@
 """The cache of scheduled kernels (``kiln.transform.schedule_cache``): a kernel scheduled once
 under a context is read back, not scheduled again; another context, a tuning database, or a
-record that does not read back schedules it afresh."""
+record that does not read back schedules it afresh. The records live in the context's
+``cache_dir``, which ``kiln.compile`` and ``kiln compile --cache-dir`` set to the build cache's."""
+import numpy as np
 import pytest
+
+import kiln
+from kiln.codegen import BuildOptions
 
 from kiln.ir import assert_structural_equal
 from kiln.transform import PassContext, legalize
@@ -26,10 +31,14 @@ def _counting(ctx, calls):
     return schedule
 
 
+def _ctx(tmp_path, **options):
+    return context(PassContext(cache_dir=str(tmp_path), **options))
+
+
 def test_a_kernel_is_scheduled_once(kernel, tmp_path):
-    ctx, calls = context(None), []
-    first = sc.scheduled(kernel, ctx, _counting(ctx, calls), cache_dir=str(tmp_path))
-    again = sc.scheduled(kernel, ctx, _counting(ctx, calls), cache_dir=str(tmp_path))
+    ctx, calls = _ctx(tmp_path), []
+    first = sc.scheduled(kernel, ctx, _counting(ctx, calls))
+    again = sc.scheduled(kernel, ctx, _counting(ctx, calls))
     assert len(calls) == 1 and again is not first
     assert_structural_equal(again, first)
     assert_structural_equal(first, schedule_kernel(kernel, ctx))
@@ -37,25 +46,59 @@ def test_a_kernel_is_scheduled_once(kernel, tmp_path):
 
 
 def test_another_context_is_another_record(kernel, tmp_path):
-    a, b = context(None), context(PassContext(parallel_min_elements=1 << 30))
-    assert sc.record_path(kernel, a, str(tmp_path)) != sc.record_path(kernel, b, str(tmp_path))
-    avx2 = context(PassContext(target="llvm -mcpu=haswell"))
-    assert sc.record_path(kernel, a, str(tmp_path)) != sc.record_path(kernel, avx2, str(tmp_path))
+    a, b = _ctx(tmp_path), _ctx(tmp_path, parallel_min_elements=1 << 30)
+    assert sc.record_path(kernel, a) != sc.record_path(kernel, b)
+    avx2 = _ctx(tmp_path, target="llvm -mcpu=haswell")
+    assert sc.record_path(kernel, a) != sc.record_path(kernel, avx2)
+    # the folder is where the record lives, not part of what it is about
+    elsewhere = sc.record_path(kernel, _ctx(tmp_path / "other"))
+    assert elsewhere.startswith(str(tmp_path / "other" / "schedules"))
+    assert elsewhere.rsplit("/", 1)[1] == sc.record_path(kernel, a).rsplit("/", 1)[1]
 
 
 def test_a_tuning_database_is_not_cached(kernel, tmp_path):
-    ctx = context(PassContext(tuning_db=str(tmp_path / "db.jsonl")))
-    assert sc.record_path(kernel, ctx, str(tmp_path)) is None
+    ctx = _ctx(tmp_path, tuning_db=str(tmp_path / "db.jsonl"))
+    assert sc.record_path(kernel, ctx) is None
 
 
 def test_an_unreadable_record_is_scheduled_again(kernel, tmp_path):
-    ctx, calls = context(None), []
-    path = sc.record_path(kernel, ctx, str(tmp_path))
+    ctx, calls = _ctx(tmp_path), []
+    path = sc.record_path(kernel, ctx)
     (tmp_path / "schedules").mkdir()
     with open(path, "wb") as f:
         f.write(b"not a pickle")
-    out = sc.scheduled(kernel, ctx, _counting(ctx, calls), cache_dir=str(tmp_path))
+    out = sc.scheduled(kernel, ctx, _counting(ctx, calls))
     assert len(calls) == 1
     assert_structural_equal(out, schedule_kernel(kernel, ctx))
-    assert sc.scheduled(kernel, ctx, _counting(ctx, calls), cache_dir=str(tmp_path)) is not None
+    assert sc.scheduled(kernel, ctx, _counting(ctx, calls)) is not None
     assert len(calls) == 1     # the record was rewritten
+
+
+def _mlp_onnx(path):
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    w = numpy_helper.from_array(np.arange(24, dtype="float32").reshape(4, 6) / 24, "w")
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"]), helper.make_node("Relu", ["y"], ["z"])],
+        "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3, 4])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [3, 6])], [w])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return path
+
+
+def test_compile_keeps_schedules_in_the_build_cache_folder(tmp_path, monkeypatch):
+    """``kiln.compile(..., options=BuildOptions(cache_dir=...))`` and ``kiln compile
+    --cache-dir``: the schedules go where the objects and libraries go, not to the default
+    folder."""
+    import onnx
+    from kiln.cli import main
+    default = tmp_path / "default"
+    monkeypatch.setenv("KILN_CACHE_DIR", str(default))
+    model = _mlp_onnx(str(tmp_path / "m.onnx"))
+    mod, params = kiln.frontend.from_onnx(onnx.load(model))
+    mod = kiln.transform.bind_params("main", params)(mod)
+    kiln.compile(mod, "llvm", pipeline="default", options=BuildOptions(cache_dir=str(tmp_path / "api")))
+    assert list((tmp_path / "api" / "schedules").glob("*.sched"))
+    assert main(["compile", model, "-o", str(tmp_path / "m.so"), "--cache-dir", str(tmp_path / "cli")]) == 0
+    assert list((tmp_path / "cli" / "schedules").glob("*.sched"))
+    assert not default.exists()

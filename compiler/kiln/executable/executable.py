@@ -240,7 +240,9 @@ def compile(mod: IRModule, target="llvm", pipeline: Union[None, str, Callable] =
         if isinstance(pipeline, str):
             from ..transform.infra import PassContext
             from ..transform.pipeline import get_pipeline
-            pipeline = get_pipeline(pipeline, PassContext(tuning_db=tuning_db), target=target)
+            cache_dir = options.cache_dir if options is not None else None
+            pipeline = get_pipeline(pipeline, PassContext(tuning_db=tuning_db, cache_dir=cache_dir),
+                                    target=target)
         mod = pipeline(mod)
     if not isinstance(mod, IRModule):
         raise TypeError(f"kiln.compile takes an IRModule, got {type(mod).__name__}")

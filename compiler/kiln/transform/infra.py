@@ -78,6 +78,10 @@ class PassContext:
     - ``tuning_db``: a tuning database (JSON lines, ``kiln.tune``): ``default_schedule``
       schedules each kernel that has a record for this target at ``cores`` threads with the
       best record's decisions (``kiln.tune.apply``); None: the default rules only.
+    - ``cache_dir``: the folder whose ``schedules/`` keeps the kernels ``default_schedule`` made
+      (``kiln.transform.schedule_cache``); None: ``KILN_CACHE_DIR``, else ``~/.cache/kiln``.
+      ``kiln.compile(..., pipeline=..., options=BuildOptions(cache_dir=...))`` and ``kiln
+      compile --cache-dir`` set it to the build cache's folder. It never changes a schedule.
     """
     target: Optional[object] = None
     prepack_weights: bool = True
@@ -100,6 +104,7 @@ class PassContext:
     verify: bool = False
     disabled_passes: tuple = ()
     tuning_db: Optional[str] = None
+    cache_dir: Optional[str] = None
 
     def __post_init__(self):
         if self.fold_backend not in ("evaluator", "build"):
@@ -113,8 +118,9 @@ class PassContext:
             if not isinstance(v, int) or v < 1:
                 raise ValueError(f"PassContext: {name} must be a positive int, got {v!r}")
         object.__setattr__(self, "disabled_passes", tuple(self.disabled_passes))
-        if self.tuning_db is not None:     # a str, so the context stays hashable
-            object.__setattr__(self, "tuning_db", os.fspath(self.tuning_db))
+        for name in ("tuning_db", "cache_dir"):   # str, so the context stays hashable
+            if getattr(self, name) is not None:
+                object.__setattr__(self, name, os.fspath(getattr(self, name)))
 
     def replace(self, **changes) -> "PassContext":
         """A copy with some options changed."""

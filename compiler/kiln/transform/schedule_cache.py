@@ -6,10 +6,10 @@ test suite or a tuning session, by every model that makes the same kernel (in a 
 Kiln's suite, 40% of the kernels repeat one made before). ``scheduled(func, ctx, schedule)``
 looks the result up under a hash of the pickled kernel, the ``PassContext`` (target, machine,
 tile options) and Kiln's sources (``kiln.codegen.worker.code_digest``: any edit starts new
-records, like the ``.lowered`` records of codegen), in ``<cache dir>/schedules`` (the cache
-dir of ``kiln.codegen.BuildOptions``: ``KILN_CACHE_DIR`` or ``~/.cache/kiln``). A record that
-is missing or does not read back is made again; a kernel scheduled from a tuning database is
-not cached (the database decides it).
+records, like the ``.lowered`` records of codegen), in ``<ctx.cache_dir>/schedules``
+(``kiln.compile`` sets it to ``BuildOptions.cache_dir``; None: ``KILN_CACHE_DIR`` or
+``~/.cache/kiln``). A record that is missing or does not read back is made again; a kernel
+scheduled from a tuning database is not cached (the database decides it).
 """
 from __future__ import annotations
 
@@ -22,17 +22,23 @@ from ..ir import PrimFunc
 from .infra import PassContext
 
 
+# Fields of PassContext that say where things are kept, not how kernels are scheduled.
+_NOT_SCHEDULING = ("cache_dir",)
+
+
 def context_key(ctx: PassContext) -> str:
-    """The options a schedule depends on, as text: every field of the (resolved) context, the
-    target by its string and its machine by ``Machine.key()``."""
+    """The options a schedule depends on, as text: every field of the (resolved) context but
+    ``cache_dir``, the target by its string and its machine by ``Machine.key()``."""
     parts = [f"machine={ctx.machine.key()}"]
     for f in dataclasses.fields(ctx):
+        if f.name in _NOT_SCHEDULING:
+            continue
         v = getattr(ctx, f.name)
         parts.append(f"{f.name}={v if f.name == 'target' else repr(v)}")
     return ";".join(parts)
 
 
-def record_path(func: PrimFunc, ctx: PassContext, cache_dir: Optional[str] = None) -> Optional[str]:
+def record_path(func: PrimFunc, ctx: PassContext) -> Optional[str]:
     """Where the schedule of ``func`` under ``ctx`` is kept, or None when it is not cached (no
     code digest, a tuning database, or a kernel that does not pickle)."""
     from ..codegen.emit import default_cache_dir
@@ -40,15 +46,14 @@ def record_path(func: PrimFunc, ctx: PassContext, cache_dir: Optional[str] = Non
     key = None if ctx.tuning_db else record_key(code_digest(), [context_key(ctx)], func)
     if key is None:
         return None
-    return os.path.join(cache_dir or default_cache_dir(), "schedules", key + ".sched")
+    return os.path.join(ctx.cache_dir or default_cache_dir(), "schedules", key + ".sched")
 
 
-def scheduled(func: PrimFunc, ctx: PassContext, schedule: Callable[[PrimFunc], PrimFunc],
-              cache_dir: Optional[str] = None) -> PrimFunc:
+def scheduled(func: PrimFunc, ctx: PassContext, schedule: Callable[[PrimFunc], PrimFunc]) -> PrimFunc:
     """``schedule(func)``, read from the cache when ``func`` was scheduled before under ``ctx``
     by the same Kiln sources, else computed and written there."""
     from ..codegen.worker import read_record, write_atomic
-    path = record_path(func, ctx, cache_dir)
+    path = record_path(func, ctx)
     if path is None:
         return schedule(func)
     hit = read_record(path)
