@@ -1,7 +1,11 @@
 /* thread_pool.c — the process-wide pool that runs kernels' parallel loops.
  *
  * N threads run a loop: the launching thread plus N-1 workers started at the first parallel
- * loop that needs them. Tasks are handed out through an atomic counter, so uneven tasks balance.
+ * loop that needs them. Each thread first claims its own task (the launcher task 0, worker k
+ * task k), so a thread runs the same part of every loop of one task per thread: consecutive
+ * kernels split alike read what their thread wrote from its own core's cache. The rest are handed
+ * out through an atomic counter, so uneven tasks balance and a thread's task that it does not
+ * take (asleep, descheduled) is run by another.
  * One loop runs on the pool at a time (launch_mu); a loop of one task, a pool of one thread and
  * a launch from inside a task run serially on the calling thread (no nested parallelism).
  *
@@ -160,7 +164,8 @@ typedef struct {
   int64_t num_tasks;
   kiln_task_fn fn;
   void* closure;
-  char pad2[64 - 40];
+  uint64_t owned; /* bit t: task t (< 64) is claimed; see run_tasks */
+  char pad2[64 - 48];
   int32_t sleepers;         /* workers blocked (or about to block) on `wake` */
   int32_t launcher_waiting; /* the launcher is blocked (or about to block) on `done` */
   int32_t stop;             /* workers exit at the next generation */
@@ -171,6 +176,7 @@ typedef struct {
   /* Touched only with launch_mu held (and by fork handlers). */
   pthread_t* workers;
   int32_t num_workers;
+  int32_t started;           /* atomic: workers started since the last start_workers */
   uint64_t start_generation; /* the generation new workers start from */
   /* KILN_SPIN_NS, or 0 when the pool alone has more threads than the machine has cores: then a
    * spinning thread would only take the core of one with work to do. Written before the
@@ -203,15 +209,25 @@ int32_t kiln_get_num_threads(void) {
   return n;
 }
 
-/* Claims and runs tasks until none is left or one failed. The loop's description is read once:
- * its cache line is written by every claim. */
-static void run_tasks(pool_t* p) {
+/* Claims and runs tasks until none is left or one failed. Participant `t` (the launcher 0,
+ * workers 1, 2, ... in the order they started) first claims its own task `t`, then draws from
+ * the counter. A kernel's loop has one task per thread, so with one worker each thread runs the
+ * same part of every loop: what a conv wrote stays in the cache of the core that reads it next.
+ * A task below 64 is claimed with its bit in `owned` (its owner may have taken it); the counter
+ * alone hands out the others. The loop's description is read once: its cache line is written by
+ * every claim. */
+static void run_tasks(pool_t* p, int64_t t) {
   kiln_task_fn fn = p->fn;
   void* closure = p->closure;
   int64_t num_tasks = __atomic_load_n(&p->num_tasks, __ATOMIC_RELAXED);
-  for (;;) {
-    int64_t t = __atomic_fetch_add(&p->next_task, 1, __ATOMIC_RELAXED);
-    if (t >= num_tasks || __atomic_load_n(&p->status, __ATOMIC_RELAXED) != 0) return;
+  for (int own = 1;; own = 0, t = __atomic_fetch_add(&p->next_task, 1, __ATOMIC_RELAXED)) {
+    if (t >= num_tasks) {
+      if (own) continue;
+      return;
+    }
+    uint64_t bit = t < 64 ? (uint64_t)1 << t : 0;
+    if (__atomic_fetch_or(&p->owned, bit, __ATOMIC_RELAXED) & bit) continue;
+    if (__atomic_load_n(&p->status, __ATOMIC_RELAXED) != 0) return;
     int32_t rc = fn(t, num_tasks, closure);
     int32_t ok = 0;
     if (rc != 0)
@@ -289,12 +305,14 @@ static void leave(pool_t* p) {
 static void* worker_main(void* arg) {
   pool_t* p = arg;
   t_in_task = 1;
+  /* This worker's participant id, fixed for its life: 1, 2, ... in the order workers start. */
+  int64_t id = __atomic_add_fetch(&p->started, 1, __ATOMIC_RELAXED);
   uint64_t seen = p->start_generation; /* written before this thread was created */
   for (;;) {
     seen = wait_for_generation(p, seen);
     if (__atomic_load_n(&p->stop, __ATOMIC_RELAXED)) break; /* ordered by the generation */
     if (try_join(p)) {
-      run_tasks(p);
+      run_tasks(p, id);
       leave(p);
     }
   }
@@ -365,6 +383,7 @@ static void start_workers(pool_t* p, int32_t count) {
   p->workers = kiln_mem_alloc((size_t)count * sizeof(pthread_t));
   if (!p->workers) return;
   p->start_generation = __atomic_load_n(&p->generation, __ATOMIC_RELAXED);
+  p->started = 0;
   p->spin_ns = count + 1 > kiln_platform_num_cores() ? 0 : KILN_SPIN_NS;
   while (p->num_workers < count &&
          pthread_create(&p->workers[p->num_workers], NULL, worker_main, p) == 0)
@@ -395,6 +414,7 @@ static int32_t pool_launch(void* pool, kiln_task_fn fn, void* closure, int64_t n
   p->closure = closure;
   __atomic_store_n(&p->num_tasks, num_tasks, __ATOMIC_RELAXED); /* also read before joining */
   __atomic_store_n(&p->next_task, 0, __ATOMIC_RELAXED);
+  __atomic_store_n(&p->owned, 0, __ATOMIC_RELAXED);
   __atomic_store_n(&p->status, 0, __ATOMIC_RELAXED);
   __atomic_store_n(&p->join, LOOP_OPEN, __ATOMIC_RELEASE);
   /* Dekker with wait_for_generation: bump the generation, then look for sleepers. Spinning
@@ -410,7 +430,7 @@ static int32_t pool_launch(void* pool, kiln_task_fn fn, void* closure, int64_t n
   }
 
   t_in_task = 1;
-  run_tasks(p);
+  run_tasks(p, 0);
   t_in_task = 0;
 
   close_and_wait(p);

@@ -6,7 +6,7 @@
  * fail, tasks that outlast the budget (the launcher blocks), nested launches, and two threads
  * launching at once. After every loop each task must have run exactly once (a task run twice or
  * skipped fails), a loop whose tasks wait for each other must find num_threads threads (a worker
- * that missed its wake-up fails it), no task of one pooled loop may overlap a task of another
+ * that missed its wake-up fails it) and has the launcher run task 0, no task of one pooled loop may overlap a task of another
  * launcher's, and an idle pool must use no CPU. Prints "ALL OK". Usage: thread_pool_test */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
@@ -26,6 +26,7 @@ typedef struct {
   int64_t task_ns;             /* each task busy-waits this long */
   int barrier;                 /* every task waits until num_tasks tasks are running */
   int nested;                  /* every task launches a 3-task loop from inside */
+  pthread_t launcher;          /* the thread that launched the loop */
   int32_t runs[MAX_TASKS];     /* atomic: times each task ran in this loop */
   int32_t arrived;             /* atomic: barrier count */
 } loop_t;
@@ -77,6 +78,10 @@ static int32_t task(int64_t t, int64_t num_tasks, void* closure) {
   if (pooled) __atomic_add_fetch(&g_running[l->id], 1, __ATOMIC_SEQ_CST);
   if (pooled && __atomic_load_n(&g_running[1 - l->id], __ATOMIC_SEQ_CST) != 0) bad();
   __atomic_add_fetch(&l->runs[t], 1, __ATOMIC_RELAXED);
+  /* Each thread first claims its own task (the launcher task 0). A barrier loop has one task per
+   * thread and no thread can finish one before every thread holds one, so the launcher's is
+   * task 0 in every such loop. */
+  if (l->barrier && (t == 0) != pthread_equal(l->launcher, pthread_self())) bad();
   if (l->barrier) {
     __atomic_add_fetch(&l->arrived, 1, __ATOMIC_SEQ_CST);
     /* 2 s: only a missing thread (a lost wake-up) takes that long. Once one barrier failed,
@@ -101,6 +106,7 @@ static int32_t launch_kernel(const kiln_kernel_ctx_t* ctx, DLTensor* const* args
   (void)n;
   loop_t* l = &g_loops[*(const int64_t*)args[0]->data];
   l->ctx = ctx;
+  l->launcher = pthread_self();
   if (l->barrier && ctx->num_threads != l->num_tasks) return 99; /* resized under the caller */
   return ctx->parallel_launch(ctx->pool, task, l, l->num_tasks);
 }
