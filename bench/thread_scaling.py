@@ -3,6 +3,7 @@
     .venv/bin/python bench/thread_scaling.py profile gpt2          # per kernel, 1 vs 2 threads
     .venv/bin/python bench/thread_scaling.py threshold gpt2 16384,65536   # A/B of the parallel cut
     .venv/bin/python bench/thread_scaling.py idle gpt2 0.2         # the calls after an idle gap
+    .venv/bin/python bench/thread_scaling.py scaling gpt2 11       # plain calls, 1 vs 2 threads
 
 Models: those of tests/onnx_models/onnx_model_zoo.py (mlp, resnet18, mobilenet_v2, gpt2), with
 seeded random weights. Every comparison alternates its sides round by round in one process and
@@ -97,6 +98,24 @@ def threshold(name: str, values, threads: int = 2, rounds: int = 9) -> None:
         print(f"{name} at {threads} threads, parallel_min_elements={v}: {m * 1e3:.3f} ms ({m / base:.3f})")
 
 
+def scaling(name: str, rounds: int = 11, calls: int = 20) -> float:
+    """Plain-call latency at 1 and 2 threads, alternating round by round (``calls`` calls a
+    round after 3 warm-up calls), medians; prints them and returns 2-thread / 1-thread. The
+    figure issue 10's goal of 0.55 is about (bench/RESULTS.md, "Session 12"); compare two
+    runtimes or schedules by running it in one process per side, alternating the processes."""
+    vm, args = compiled(name)
+    f = vm["main"]
+    res = {1: [], 2: []}
+    for _ in range(rounds):
+        for threads in (1, 2):
+            kiln.set_num_threads(threads)
+            res[threads].append(median_call(f, args, calls=calls, warm=3))
+    kiln.set_num_threads(0)
+    one, two = (statistics.median(res[t]) * 1e3 for t in (1, 2))
+    print(f"{name}: {one:.4f} ms at 1 thread, {two:.4f} ms at 2 ({two / one:.3f})")
+    return two / one
+
+
 def idle(name: str, gap_s: float, rounds: int = 6, calls: int = 8) -> None:
     """The latency of each of the ``calls`` calls that follow ``gap_s`` seconds of idling, at 1
     and 2 threads (medians over ``rounds``), beside back-to-back calls."""
@@ -133,6 +152,9 @@ def main(argv=None) -> int:
     a = sub.add_parser("idle")
     a.add_argument("model")
     a.add_argument("gap", type=float, nargs="?", default=0.2)
+    a = sub.add_parser("scaling", help="plain calls, 1 vs 2 threads")
+    a.add_argument("model")
+    a.add_argument("rounds", type=int, nargs="?", default=11)
     args = p.parse_args(argv)
     if args.model not in zoo.MODELS:
         p.error(f"unknown model {args.model!r}; one of {', '.join(zoo.MODELS)}")
@@ -140,6 +162,8 @@ def main(argv=None) -> int:
         profile(args.model)
     elif args.what == "threshold":
         threshold(args.model, [int(v) for v in args.values.split(",")])
+    elif args.what == "scaling":
+        scaling(args.model, args.rounds)
     else:
         idle(args.model, args.gap)
     return 0

@@ -1,5 +1,6 @@
-"""bench/thread_scaling.py runs (the figures of bench/RESULTS.md "Session 7" come from it): its
-profile table and its A/B lines on the small MLP, and an unknown model refused by name."""
+"""bench/thread_scaling.py runs (the figures of bench/RESULTS.md "Session 7" and "Session 12" come
+from it): its profile table, its A/B lines and its 1 vs 2 thread line on the small MLP, and an
+unknown model refused by name."""
 from __future__ import annotations
 
 import importlib.util
@@ -31,6 +32,17 @@ def test_profile_and_threshold_on_the_mlp(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert [re.search(r"parallel_min_elements=(\d+)", x).group(1) for x in lines] == ["16384", "65536"]
     assert lines[0].endswith("(1.000)")
+
+
+def test_scaling_prints_both_thread_counts_and_their_ratio(capsys):
+    ts = _script()
+    assert ts.main(["scaling", "mlp", "2"]) == 0
+    m = re.fullmatch(r"mlp: ([\d.]+) ms at 1 thread, ([\d.]+) ms at 2 \(([\d.]+)\)\n",
+                     capsys.readouterr().out)
+    assert m, "unexpected output"
+    one, two, ratio = map(float, m.groups())
+    # (the times are printed to 0.1 us: the small MLP takes about 10 us)
+    assert one > 0 and two > 0 and ratio == pytest.approx(two / one, rel=0.02)
 
 
 def test_unknown_model_is_refused():
