@@ -207,3 +207,108 @@ def test_attention_op_checks_its_attributes(attrs, match):
     with pytest.raises(ops.OpError, match=match):
         ops.call("attention", q, kt, v, **attrs)
     ops.call("attention", q, kt, v, typed("m", (5, 7), "bool"), mask_fill=float("-inf"))
+
+
+# ---- heads packed in the last axis (heads=H) ----------------------------------------------------
+def _heads_graph(b, m, n, h, d, dv, mask_shape=(), merge=True, reuse=False):
+    """What exporters write around attention with the heads in one projection: each of q, k, v
+    (b, rows, h*w) reshaped to (b, rows, h, w) and transposed to heads first (k to (b, h, d,
+    n)); the output transposed back and reshaped to (b, m, h*dv) (``merge``); ``reuse``: the
+    transposed output is also summed into the result."""
+    params = [typed("q", (b, m, h * d)), typed("k", (b, n, h * d)), typed("v", (b, n, h * dv))]
+    if mask_shape:
+        params.append(typed("mask", mask_shape))
+
+    def body(emit, q, k, v, *mask):
+        q4 = emit("permute_dims", emit("reshape", q, shape=(b, m, h, d)), axes=(0, 2, 1, 3))
+        kt = emit("permute_dims", emit("reshape", k, shape=(b, n, h, d)), axes=(0, 2, 3, 1))
+        v4 = emit("permute_dims", emit("reshape", v, shape=(b, n, h, dv)), axes=(0, 2, 1, 3))
+        s = emit("multiply", emit("matmul", q4, kt), Constant(np.array(0.125, "float32")))
+        if mask:
+            s = emit("add", s, mask[0])
+        o = emit("matmul", emit("softmax", s, axis=-1), v4)
+        if not merge:
+            return ops.call("permute_dims", o, axes=(0, 2, 1, 3))
+        t = emit("permute_dims", o, axes=(0, 2, 1, 3))
+        if reuse:
+            return ops.call("add", emit("reshape", t, shape=(b, m, h * dv)),
+                            emit("sum", t, axis=(1, 2, 3), keepdims=False))
+        return ops.call("reshape", t, shape=(b, m, h * dv))
+    return graph_module(params, body)
+
+
+@pytest.mark.parametrize("b,m,n,h,d,dv", [
+    (1, 64, 64, 4, 64, 64),     # the GPT-style decoder's layer
+    (2, 7, 13, 3, 5, 3),        # odd everything, batch > 1
+    (1, 1, 40, 2, 16, 24),      # one query row
+    (1, 64, 64, 1, 32, 32),     # one head: the rows of the head split among tasks
+])
+@pytest.mark.parametrize("target", [AVX2, "llvm"])
+def test_pass_folds_the_head_split_and_merge_into_one_kernel(b, m, n, h, d, dv, target):
+    mod = _heads_graph(b, m, n, h, d, dv, mask_shape=(1, 1, m, n))
+    fused = fuse_attention()(mod)
+    assert _ops(fused) == ["attention"]
+    assert dict(next(fused["main"].bindings()).value.attrs)["heads"] == h
+    out = kiln.get_pipeline("default", target=target)(mod)
+    (name,) = kernels(out)
+    assert "heads packed" in attr(out[name], "kiln.schedule"), attr(out[name], "kiln.schedule")
+    rng = np.random.default_rng(4)
+    args = [rng.standard_normal(p.ty.static_shape()).astype("float32") for p in mod["main"].params]
+    args[3] = np.triu(np.full((m, n), -1e4, "float32"), 1).reshape(1, 1, m, n)
+    want = attention_reference(*args[:3], args[3], scale=0.125, heads=h)
+    np.testing.assert_allclose(run_vm(out, args, target=target), want, rtol=1e-4, atol=1e-5)
+    # the same numbers as the graph written out op by op
+    unfused = kiln.get_pipeline("default", PassContext(fuse_attention=False), target=target)(mod)
+    np.testing.assert_allclose(run_vm(unfused, args, target=target), want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("variant", [dict(merge=False), dict(reuse=True)])
+def test_pass_keeps_the_head_split_when_the_output_is_not_only_merged_back(variant):
+    """The heads not merged back, or the merge's input used again: attention over split-out
+    heads (heads=0), the splits and merge kept."""
+    mod = _heads_graph(1, 8, 8, 2, 4, 4, **variant)
+    fused = fuse_attention()(mod)
+    calls = {b.value.op: b.value for b in fused["main"].bindings()}
+    assert calls["attention"].attr("heads", 0) == 0
+    assert "permute_dims" in calls and "reshape" in calls
+
+
+def test_heads_packed_tile_splits_a_head_among_the_cores():
+    """One head of 64 rows on 2 cores: P = 4 tasks of 4 row blocks each, the keys transposed
+    once per task; P is a decision the tuner may change."""
+    mod = _heads_graph(1, 64, 64, 1, 32, 32)
+    ctx = PassContext(target="llvm -mcpu=skylake-avx512", cores=2)
+    out = kiln.get_pipeline("default", ctx)(mod)
+    (name,) = kernels(out)
+    assert re.search(r"heads packed, \d+ tasks a head", attr(out[name], "kiln.schedule"))
+    assert "parts=" in attr(out[name], "kiln.decisions")
+
+
+def test_heads_packed_over_symbolic_queries_and_keys():
+    from kiln.ir import GraphVar, TensorType, Var
+    m, n = Var("m", "int64"), Var("n", "int64")
+    q = GraphVar("q", TensorType((1, m, 32), "float32"))
+    k = GraphVar("k", TensorType((1, n, 32), "float32"))
+    v = GraphVar("v", TensorType((1, n, 48), "float32"))
+    mod = graph_module([q, k, v], lambda emit, q, k, v: ops.call("attention", q, k, v, scale=0.25,
+                                                                   heads=2))
+    out = kiln.get_pipeline("default", target=AVX2)(mod)
+    vm = kiln.VirtualMachine(kiln.compile(out, target=AVX2), kiln.cpu())
+    rng = np.random.default_rng(6)
+    for mm, nn in ((1, 1), (1, 37), (5, 17), (13, 64)):
+        a = [rng.standard_normal(s).astype("float32") for s in ((1, mm, 32), (1, nn, 32), (1, nn, 48))]
+        got = vm["main"](*[kiln.nd.array(x) for x in a]).numpy()
+        np.testing.assert_allclose(got, attention_reference(*a, scale=0.25, heads=2), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("shapes,attrs,match", [
+    (((1, 4, 8), (1, 4, 8), (1, 4, 8)), dict(heads=-1), "heads=-1 must be a non-negative int"),
+    (((1, 4, 8), (1, 4, 8), (1, 4, 8)), dict(heads=True), "heads=True must be a non-negative int"),
+    (((1, 4, 8), (1, 4, 8), (1, 4, 8)), dict(heads=3), "q's last dim must be a multiple of heads=3"),
+    (((1, 4, 8), (1, 4, 4), (1, 4, 8)), dict(heads=2), "q and k must have the same last dim"),
+    (((1, 4, 8), (1, 5, 8), (1, 4, 8)), dict(heads=2), "k and v must have as many rows"),
+])
+def test_heads_packed_attention_errors_name_the_shapes(shapes, attrs, match):
+    args = [typed(nm, s) for nm, s in zip(("q", "k", "v"), shapes)]
+    with pytest.raises(ops.OpError, match=match):
+        ops.call("attention", *args, **attrs)

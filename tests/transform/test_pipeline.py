@@ -138,9 +138,11 @@ def test_transformer_block_default_pipeline_with_bound_weights():
     names = [p.name for p in mod["main"].params]
     bound = bind_params("main", dict(zip(names[1:], args[1:])))(mod)
     out = get_pipeline("default", PassContext(target=AVX2, verify=True))(bound)
-    # 15 kernels, of which the attention's QK^T, softmax and PV become one (fuse_attention)
-    assert kernel_calls(out) == 13
+    # 15 kernels, of which the attention's QK^T, softmax and PV become one, and the head split
+    # of q, k and v and the merge after it fold into it (fuse_attention: heads packed)
+    assert kernel_calls(out) == 9
     assert "attention" in kernels(out)
+    assert "heads packed" in dict(out["attention"].attrs)["kiln.schedule"]
     np.testing.assert_allclose(run_vm(out, args[:1]), reference(mod, args), rtol=1e-4, atol=1e-4)
 
 

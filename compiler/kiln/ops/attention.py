@@ -28,6 +28,20 @@ in order::
 Normalising after ``@ v`` (one divide per output instead of one per score) is the only
 change of order against the unfused graph; float32 only (the scores of float16 inputs would
 want a float32 accumulator, which the unfused graph keeps).
+
+**Heads packed in the last axis** (``heads=H``, H > 0): the layout a projection writes and the
+next one reads, so no kernel splits the heads out before attention or merges them after::
+
+    q (b..., M, H*D)   k (b..., N, H*D)   v (b..., N, H*Dv)   mask broadcasting to (b..., H, M, N)
+    out (b..., M, H*Dv): head h's output in columns [h*Dv, (h+1)*Dv)
+
+the keys not transposed. It equals ``heads=0`` on ``q.reshape(b, M, H, D).transpose(0, 2, 1, 3)``,
+``kt = k.reshape(b, N, H, D).transpose(0, 2, 3, 1)`` and the same for v, with the output
+transposed and reshaped back: what exporters write around attention, which ``fuse_attention``
+folds into the call. One more block comes first, a head's keys transposed into a scratch
+buffer (``attention_kt[b, h, k, j] = k[b, j, h*D + k]``) so that the score tile loads keys as
+vectors; the others keep their names, over (b..., H, M, ...), and the last writes
+``attention[b, i, h*Dv + d]``.
 """
 from __future__ import annotations
 
@@ -35,17 +49,20 @@ import numpy as np
 
 from .. import te
 from ..ir.graph import TensorType
-from .common import (broadcast_indices, broadcast_shapes, dims_equal, error, get_attrs, literal,
-                     shape_str, tensor_args)
+from .common import (broadcast_indices, broadcast_shapes, const_dim, dims_equal, error, get_attrs,
+                     literal, shape_str, tensor_args)
 from .registry import OpError, register
 
 NAME = "attention"
 
 
-def _shapes(types):
-    """(batch shape, M, D, N, Dv) of an attention call; raises OpError naming the shapes."""
+def _shapes(types, heads: int = 0):
+    """(batch shape, M, D, N, Dv) of an attention call (with ``heads``, of one head, the batch
+    shape ending in the heads); raises OpError naming the shapes."""
     if len(types) not in (3, 4):
         raise error(NAME, f"expected 3 or 4 arguments (q, kt, v[, mask]), got {len(types)}")
+    if heads:
+        return _packed_shapes(types, heads)
     names = ("q", "kt", "v", "mask")[:len(types)]
     args = tensor_args(NAME, types, names=names, count=len(types))
     q, kt, v = args[:3]
@@ -69,14 +86,52 @@ def _shapes(types):
     if dims_equal(kt.shape[-1], n) is not True:
         raise error(NAME, f"kt's last dim must equal v's dim -2 ({all3})")
     if len(args) == 4:
-        try:
-            out = broadcast_shapes(NAME, args[3].shape, tuple(batch) + (m, n))
-        except OpError:
-            out = None
-        if out is None or len(out) != len(batch) + 2 or not all(
-                dims_equal(a, b) is True for a, b in zip(out, tuple(batch) + (m, n))):
-            raise error(NAME, f"mask {shape_str(args[3].shape)} does not broadcast to the scores "
-                              f"{shape_str(tuple(batch) + (m, n))}")
+        _check_mask(args[3], tuple(batch) + (m, n))
+    return batch, m, d, n, dv
+
+
+def _check_mask(mask, scores) -> None:
+    try:
+        out = broadcast_shapes(NAME, mask.shape, scores)
+    except OpError:
+        out = None
+    if out is None or len(out) != len(scores) or not all(
+            dims_equal(a, b) is True for a, b in zip(out, scores)):
+        raise error(NAME, f"mask {shape_str(mask.shape)} does not broadcast to the scores "
+                          f"{shape_str(scores)}")
+
+
+def _packed_shapes(types, heads: int):
+    """``_shapes`` for heads packed in the last axis (module docstring)."""
+    names = ("q", "k", "v", "mask")[:len(types)]
+    args = tensor_args(NAME, types, names=names, count=len(types))
+    q, k, v = args[:3]
+    for name, t in zip(names, args):
+        if t.dtype != "float32" and not (name == "mask" and t.dtype == "bool"):
+            raise error(NAME, f"{name} must be float32{' or bool' if name == 'mask' else ''}, "
+                              f"got {t.dtype}")
+    all3 = f"q {shape_str(q.shape)}, k {shape_str(k.shape)}, v {shape_str(v.shape)}"
+    if q.ndim < 2 or k.ndim != q.ndim or v.ndim != q.ndim:
+        raise error(NAME, f"q, k and v must have the same rank >= 2, got {all3}")
+    batch = q.shape[:-2]
+    for name, t in (("k", k), ("v", v)):
+        if not all(dims_equal(a, b) is True for a, b in zip(t.shape[:-2], batch)):
+            raise error(NAME, f"the batch dims of {name} differ from q's ({all3})")
+    m, n = q.shape[-2], k.shape[-2]
+    if dims_equal(v.shape[-2], n) is not True:
+        raise error(NAME, f"k and v must have as many rows (keys) ({all3})")
+    widths = []
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        w = const_dim(t.shape[-1])
+        if w is None or w % heads:
+            raise error(NAME, f"{name}'s last dim must be a multiple of heads={heads} ({all3})")
+        widths.append(w // heads)
+    d, dk, dv = widths
+    if d != dk:
+        raise error(NAME, f"q and k must have the same last dim ({all3})")
+    batch = tuple(batch) + (heads,)
+    if len(args) == 4:
+        _check_mask(args[3], batch + (m, n))
     return batch, m, d, n, dv
 
 
@@ -84,8 +139,11 @@ LOWEST = float(np.finfo(np.float32).min)
 
 
 def _attrs(attrs):
-    """(scale, mask_fill) of a call, checked."""
-    a = get_attrs(NAME, attrs, scale=1.0, mask_fill=LOWEST)
+    """(scale, mask_fill, heads) of a call, checked."""
+    a = get_attrs(NAME, attrs, scale=1.0, mask_fill=LOWEST, heads=0)
+    heads = a["heads"]
+    if not isinstance(heads, int) or isinstance(heads, bool) or heads < 0:
+        raise error(NAME, f"heads={heads!r} must be a non-negative int (0: heads are batch dims)")
     for key in ("scale", "mask_fill"):
         v = a[key]
         number = isinstance(v, (int, float)) and not isinstance(v, bool)
@@ -93,25 +151,46 @@ def _attrs(attrs):
         if not number or not (np.isfinite(v) or (key == "mask_fill" and v == -np.inf)):
             raise error(NAME, f"{key}={v!r} must be a finite number"
                               f"{' or -inf' if key == 'mask_fill' else ''}")
-    return float(a["scale"]), float(a["mask_fill"])
+    return float(a["scale"]), float(a["mask_fill"]), heads
 
 
 def _infer(types, attrs):
-    batch, m, _, _, dv = _shapes(types)
-    _attrs(attrs)
+    heads = _attrs(attrs)[2]
+    batch, m, _, _, dv = _shapes(types, heads)
+    if heads:
+        return TensorType(tuple(batch[:-1]) + (m, heads * dv), "float32")
     return TensorType(tuple(batch) + (m, dv), "float32")
 
 
 def _compute(args, attrs):
     q, kt, v = args[:3]
     mask = args[3] if len(args) == 4 else None
-    batch, m, d, n, dv = _shapes([TensorType(t.shape, t.dtype) for t in args])
-    scale_value, fill_value = _attrs(attrs)
+    scale_value, fill_value, heads = _attrs(attrs)
+    batch, m, d, n, dv = _shapes([TensorType(t.shape, t.dtype) for t in args], heads)
     scale = literal(scale_value, "float32")
     nb = len(batch)
+    if heads:
+        # (b..., h) indexes the batch dims b... and the column block of head h
+        k_in, v_in = kt, v
+        kt = te.compute(tuple(batch) + (d, n),
+                        lambda *i: k_in[i[:nb - 1] + (i[nb + 1], i[nb - 1] * d + i[nb])],
+                        name="attention_kt")
+        q_in = q
+
+        def q_at(b, i, k):
+            return q_in[b[:-1] + (i, b[-1] * d + k)]
+
+        def v_at(b, j, c):
+            return v_in[b[:-1] + (j, b[-1] * dv + c)]
+    else:
+        def q_at(b, i, k):
+            return q[b + (i, k)]
+
+        def v_at(b, j, c):
+            return v[b + (j, c)]
     k = te.reduce_axis(d, name="k")
     score = te.compute(tuple(batch) + (m, n),
-                       lambda *i: te.sum(q[i[:nb] + (i[nb], k)] * kt[i[:nb] + (k, i[nb + 1])], axis=k),
+                       lambda *i: te.sum(q_at(i[:nb], i[nb], k) * kt[i[:nb] + (k, i[nb + 1])], axis=k),
                        name="attention_score")
 
     def logit(*i):
@@ -130,14 +209,31 @@ def _compute(args, attrs):
     sm = te.compute(tuple(batch) + (m,), lambda *r: te.sum(ex[r + (j2,)], axis=j2), name="attention_sum")
     j3 = te.reduce_axis(n, name="j")
     pv = te.compute(tuple(batch) + (m, dv),
-                    lambda *i: te.sum(ex[i[:-1] + (j3,)] * v[i[:nb] + (j3, i[-1])], axis=j3),
+                    lambda *i: te.sum(ex[i[:-1] + (j3,)] * v_at(i[:nb], j3, i[-1]), axis=j3),
                     name="attention_pv")
+    if heads:
+        # out[b..., i, h*Dv + c]: iterated (b..., i, h*Dv + c); schedule_attention splits the
+        # last axis back into (h, c)
+        def out(*i):
+            b, row, col = i[:nb - 1], i[nb - 1], i[nb]
+            h, c = col // dv, col % dv
+            return pv[b + (h, row, c)] / sm[b + (h, row)]
+        return te.compute(tuple(batch[:-1]) + (m, heads * dv), out, name=NAME)
     return te.compute(tuple(batch) + (m, dv), lambda *i: pv[i] / sm[i[:-1]], name=NAME)
 
 
-def attention_reference(q, kt, v, mask=None, scale=1.0, mask_fill=LOWEST):
+def attention_reference(q, kt, v, mask=None, scale=1.0, mask_fill=LOWEST, heads=0):
     """numpy: ``softmax(q @ kt * scale + mask, axis=-1) @ v`` (a bool mask: ``where(mask,
-    q @ kt * scale, mask_fill)``) in float64, cast back."""
+    q @ kt * scale, mask_fill)``) in float64, cast back. With ``heads``, the packed layout of
+    the module docstring (``kt`` is then the keys, not transposed)."""
+    if heads:
+        def split(x):    # (b..., rows, H*w) -> (b..., H, rows, w)
+            x = x.reshape(x.shape[:-1] + (heads, x.shape[-1] // heads))
+            return np.moveaxis(x, -2, -3)
+        o = attention_reference(split(q), np.swapaxes(split(kt), -1, -2), split(v), mask,
+                                scale, mask_fill)
+        o = np.moveaxis(o, -3, -2)
+        return np.ascontiguousarray(o.reshape(o.shape[:-2] + (-1,)))
     s = np.matmul(q.astype("float64"), kt.astype("float64")) * scale
     if mask is not None and mask.dtype == np.bool_:
         s = np.where(mask, s, np.float64(mask_fill))
@@ -149,7 +245,9 @@ def attention_reference(q, kt, v, mask=None, scale=1.0, mask_fill=LOWEST):
 
 
 register(NAME, infer=_infer, compute=_compute, reference=attention_reference, pattern="opaque",
-         doc="attention(q, kt, v[, mask], scale=1.0, mask_fill=lowest): softmax(q @ kt * scale + "
-             "mask, axis=-1) @ v for q (b..., M, D), kt (b..., D, N), v (b..., N, Dv), float32; the "
-             "mask broadcasts to (b..., M, N); a bool mask keeps the scores where True and puts "
-             "mask_fill elsewhere. One kernel (see ops/attention.py); made by fuse_attention.")
+         doc="attention(q, kt, v[, mask], scale=1.0, mask_fill=lowest, heads=0): softmax(q @ kt * "
+             "scale + mask, axis=-1) @ v for q (b..., M, D), kt (b..., D, N), v (b..., N, Dv), "
+             "float32; the mask broadcasts to (b..., M, N); a bool mask keeps the scores where True "
+             "and puts mask_fill elsewhere. heads=H: q (b..., M, H*D), k (b..., N, H*D) not "
+             "transposed, v (b..., N, H*Dv), out (b..., M, H*Dv), the mask over (b..., H, M, N). "
+             "One kernel (see ops/attention.py); made by fuse_attention.")

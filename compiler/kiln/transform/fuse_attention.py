@@ -12,7 +12,19 @@
     lv19 = R.attention(q, kt, v, mask, scale=0.125)
 
 This is how exporters write attention (PyTorch's ``q @ k.transpose(-2, -1) * scale + mask``,
-then softmax, then ``@ v``). Each intermediate must have no other use (else it is computed
+then softmax, then ``@ v``). When the heads come out of one projection and go back into the
+next, as exporters write that too::
+
+    q = R.permute_dims(R.reshape(qf, (B, M, H, D)), axes=(0, 2, 1, 3))      # qf (B, M, H*D)
+    kt = R.permute_dims(R.reshape(kf, (B, N, H, D)), axes=(0, 2, 3, 1))
+    v = R.permute_dims(R.reshape(vf, (B, N, H, Dv)), axes=(0, 2, 1, 3))
+    y = R.reshape(R.permute_dims(attention, axes=(0, 2, 1, 3)), (B, M, H*Dv))
+  ->
+    y = R.attention(qf, kf, vf, mask, scale=0.125, heads=H)
+
+the heads stay packed in the last axis (``ops/attention.py``): no kernel copies them out and
+back (four copies a layer of a GPT-style decoder). Every one of those calls must have no
+other use. Each intermediate must have no other use (else it is computed
 anyway and nothing is saved), the batch dims of q, kt and v must be equal (no broadcasting),
 the dtype float32. Run it before ``fuse_ops``; ``PassContext(fuse_attention=False)`` leaves
 the graph alone.
@@ -27,8 +39,8 @@ from ..ir import IRModule
 from ..ir.graph import Binding, Call, Constant, GraphExpr, GraphVar, TensorType
 from ..ops import OpError
 from ..ops import call as op_call
-from ..ops.common import same_shape
-from .graph_util import graph_functions, rewrite_function, use_counts
+from ..ops.common import const_dim, dims_equal, same_shape
+from .graph_util import graph_functions, rewrite_function, use_counts, vars_in
 from .infra import Pass, PassContext, context
 
 
@@ -105,6 +117,75 @@ def match_attention(call: Call, defs: Dict[GraphVar, GraphExpr], uses
     return args, attrs, replaced
 
 
+def _axes(call: Call) -> Optional[tuple]:
+    axes = call.attr("axes")
+    return tuple(int(a) for a in axes) if axes is not None else None
+
+
+def _heads_of(e: GraphExpr, axes: tuple, defs, uses) -> Optional[Tuple[GraphExpr, int, list]]:
+    """For ``e`` = ``permute_dims(reshape(x, (B, R, H, W)), axes)`` with ``x`` (B, R, H*W),
+    both calls used once: (x, H, the two variables), else None."""
+    perm = _single_use(e, defs, uses, "permute_dims")
+    if perm is None or _axes(perm) != axes:
+        return None
+    split = _single_use(perm.args[0], defs, uses, "reshape")
+    if split is None:
+        return None
+    x = split.args[0]
+    four, three = split.ty.shape, getattr(x.ty, "shape", None)
+    if three is None or len(three) != 3 or len(four) != 4:
+        return None
+    h, w = const_dim(four[2]), const_dim(four[3])
+    if h is None or w is None or const_dim(three[2]) != h * w or \
+            not all(dims_equal(a, b) is True for a, b in zip(three[:2], four[:2])):
+        return None
+    return x, h, [e, perm.args[0]]
+
+
+def _merged_output(var: GraphVar, users, uses) -> Optional[Tuple[GraphVar, list]]:
+    """For attention output ``var`` used once as ``reshape(permute_dims(var, (0, 2, 1, 3)), (B,
+    M, H*Dv))``: (the reshape's variable, the permute's variable), else None."""
+    def only_user(v, op):
+        if uses[v] != 1 or len(users.get(v, ())) != 1:
+            return None
+        b = users[v][0]
+        return b if isinstance(b.value, Call) and b.value.op == op else None
+    perm = only_user(var, "permute_dims")
+    if perm is None or _axes(perm.value) != (0, 2, 1, 3):
+        return None
+    merge = only_user(perm.var, "reshape")
+    if merge is None:
+        return None
+    four, three = perm.value.ty.shape, merge.value.ty.shape
+    if len(three) != 3 or not all(dims_equal(a, b) is True for a, b in zip(three[:2], four[:2])) \
+            or const_dim(three[2]) is None or const_dim(three[2]) != \
+            (const_dim(four[2]) or 0) * (const_dim(four[3]) or 0):
+        return None
+    return merge.var, [var, perm.var]
+
+
+def fold_heads(var: GraphVar, args: tuple, attrs: dict, defs, uses, users
+               ) -> Optional[Tuple[GraphVar, Call, list]]:
+    """The attention call ``var = attention(*args, **attrs)`` with its heads split out of and
+    merged back into packed projections (module docstring) as one call with ``heads=H``:
+    (the variable that now binds it, the call, the variables it replaces), else None."""
+    if len(args[0].ty.shape) != 4:
+        return None
+    found = [_heads_of(a, axes, defs, uses) for a, axes in
+             zip(args[:3], ((0, 2, 1, 3), (0, 2, 3, 1), (0, 2, 1, 3)))]
+    out = _merged_output(var, users, uses)
+    if out is None or any(f is None for f in found) or len({f[1] for f in found}) != 1:
+        return None
+    try:
+        call = op_call("attention", *[f[0] for f in found], *args[3:], **attrs, heads=found[0][1])
+    except OpError:
+        return None
+    target, dropped = out
+    if not same_shape(call.ty.shape, defs[target].ty.shape):
+        return None
+    return target, call, dropped + [v for f in found for v in f[2]]
+
+
 def fuse_attention(ctx: Optional[PassContext] = None) -> Pass:
     """The pass (module docstring)."""
     ctx = context(ctx)
@@ -116,14 +197,26 @@ def fuse_attention(ctx: Optional[PassContext] = None) -> Pass:
         for name, func in graph_functions(mod):
             defs = {b.var: b.value for blk in func.blocks for b in blk.bindings}
             uses = use_counts(func)
+            users: Dict[GraphVar, list] = {}
+            for blk in func.blocks:
+                for b in blk.bindings:
+                    for v in set(vars_in(b.value)):
+                        users.setdefault(v, []).append(b)
             fused: Dict[GraphVar, Call] = {}
             dropped = set()
             for blk in func.blocks:
                 for b in blk.bindings:
                     if isinstance(b.value, Call):
                         m = match_attention(b.value, defs, uses)
-                        if m is not None:
-                            args, attrs, replaced = m
+                        if m is None:
+                            continue
+                        args, attrs, replaced = m
+                        folded = fold_heads(b.var, args, attrs, defs, uses, users)
+                        if folded is not None:
+                            target, call, more = folded
+                            fused[target] = call
+                            dropped.update(replaced + more)
+                        else:
                             fused[b.var] = op_call("attention", *args, **attrs)
                             dropped.update(replaced)
             if not fused:

@@ -14,9 +14,22 @@ Scores live in a rows x N scratch buffer (1 KiB for 4 rows of 64 keys), so nothi
 size heads x M x N reaches memory, and the mask and scale are applied where the scores
 are read (``attention_logit`` inlined).
 
-Decisions (``kiln.schedule.decisions``): ``rows`` (query rows per task: a divisor of M), ``nr``
-(key columns and value columns per register tile: a multiple of the vector width), and
-``parallel``; the row reductions' ``<block>.rfactor``.
+With the heads packed in the last axis (``heads=H``, ``ops/attention.py``), a task is a head's
+share of its row blocks (the whole head, unless there are fewer heads than twice the cores):
+it transposes the head's keys into ``attention_kt`` (a D x N scratch block of the head) once,
+then runs its blocks of ``rows`` query rows one after the other as above, the output written
+straight into the head's columns::
+
+    for b_h_p in T.parallel(B * H * P):
+        attention_kt[k, j] = k[j, h*D + k]          # the head's keys, transposed
+        for i0 in range(M / rows / P):
+            (the tiles above, q and v read in the head's columns)
+            out[i, h*Dv + d] = pv[ii, d] / sum[ii]
+
+Decisions (``kiln.schedule.decisions``): ``rows`` (query rows per block: a divisor of M), ``nr``
+(key columns and value columns per register tile: a multiple of the vector width), ``parts``
+(P, heads packed only: tasks per head, dividing its row blocks), and ``parallel``; the row
+reductions' ``<block>.rfactor``.
 """
 from __future__ import annotations
 
@@ -27,9 +40,10 @@ from ..schedule import Schedule
 from ..schedule.decisions import Decisions
 from .infra import PassContext
 from .schedule_row_reduce import vectorize_row_reductions
-from .schedule_rules import static_extent
+from .schedule_rules import block_infos, static_extent
 
 ANCHOR = "attention"
+KT = "attention_kt"     # the keys of a head transposed (heads packed in the last axis)
 
 
 def _divisors(n: int, limit: int) -> List[int]:
@@ -83,6 +97,13 @@ def schedule_attention(func: PrimFunc, ctx: PassContext, decide: Decisions) -> T
     sch.compute_inline(sch.get_block("attention_logit"))
     out = sch.get_block(ANCHOR)
     loops = sch.get_loops(out)
+    packed = any(b.name == KT for b in block_infos(sch.func))
+    if packed:
+        # (b..., i, h*Dv + d) -> (b..., h, i, d), the loops of the other blocks
+        dv = _extent(sch, sch.get_loops(sch.get_block("attention_pv"))[-2])
+        h, d = sch.split(loops[-1], [None, dv])
+        sch.reorder(*(list(loops[:-2]) + [h, loops[-2], d]))
+        loops = sch.get_loops(out)
     m, dv = (_extent(sch, lp) for lp in loops[-2:])
     n = _extent(sch, sch.get_loops(sch.get_block("attention_exp"))[-1])
     if dv is None:
@@ -93,23 +114,48 @@ def schedule_attention(func: PrimFunc, ctx: PassContext, decide: Decisions) -> T
     lanes = ctx.simd_lanes
     nr = decide.choose("nr", [lanes * v for v in (1, 2, 3, 4)], default=nr0)
     i0 = sch.split(loops[-2], [None, rows])[0] if m is None or rows < m else None
-    row_loops = list(loops[:-2]) + ([i0] if i0 is not None else [])
-    if not row_loops:
-        raise ValueError("attention: one block of rows and no batch: nothing to split")
-    tasks = sch.fuse(*row_loops) if len(row_loops) > 1 else row_loops[0]
+    parts_per_head = 1
+    if packed:
+        # a task per head (or per P-th of its row blocks); its row blocks in turn, the keys
+        # transposed once per task
+        heads = list(loops[:-2])
+        blocks = -(-m // rows) if m is not None and i0 is not None else 1
+        tasks_of_heads = 1
+        for lp in heads:
+            tasks_of_heads *= _extent(sch, lp) or 1
+        options = [p for p in range(1, blocks + 1) if blocks % p == 0]
+        want = -(-2 * ctx.cores // tasks_of_heads)
+        parts_per_head = decide.choose("parts", options,
+                                       default=min(p for p in options if p >= want or p == blocks))
+        if parts_per_head > 1:
+            ip, i0 = sch.split(i0, [parts_per_head, None])
+            heads.append(ip)
+        tasks = sch.fuse(*heads) if len(heads) > 1 else heads[0]
+        at = i0 if i0 is not None else tasks
+    else:
+        row_loops = list(loops[:-2]) + ([i0] if i0 is not None else [])
+        if not row_loops:
+            raise ValueError("attention: one block of rows and no batch: nothing to split")
+        tasks = at = sch.fuse(*row_loops) if len(row_loops) > 1 else row_loops[0]
     for name in ("attention_pv", "attention_sum", "attention_exp", "attention_max",
                  "attention_score"):
-        sch.compute_at(sch.get_block(name), tasks)
+        sch.compute_at(sch.get_block(name), at)
+    if packed:
+        # (a plain copy loop: vector gathers of the keys measured no faster)
+        sch.compute_at(sch.get_block(KT), tasks)
     for name in ("attention_score", "attention_pv"):
-        _tile_reduction(sch, name, tasks, nr)
+        _tile_reduction(sch, name, at, nr)
     exp_cols = sch.get_loops(sch.get_block("attention_exp"))[-1]
     if n is None:   # vector chunks, the last guarded
         exp_cols = sch.split(exp_cols, [None, ctx.vector_lanes])[1]
     sch.vectorize(exp_cols)
     sch.vectorize(sch.get_loops(sch.get_block(ANCHOR))[-1])
     parts = [f"attention: rows {rows}, tile {rows}x{nr}"]
+    if packed:
+        parts.append("heads packed" + (f", {parts_per_head} tasks a head" if parts_per_head > 1 else ""))
     # multiply-adds of the second product (a symbolic size counts as large)
-    work = (_extent(sch, tasks) or 1 << 10) * rows * (n or 1 << 10) * dv
+    rows_per_task = (m or 1 << 10) // parts_per_head if packed else rows
+    work = (_extent(sch, tasks) or 1 << 10) * rows_per_task * (n or 1 << 10) * dv
     if decide.choose("parallel", [False, True], default=work >= ctx.parallel_min_elements):
         sch.parallel(tasks)
         parts.append("parallel")
