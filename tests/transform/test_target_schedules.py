@@ -189,3 +189,48 @@ def test_a_one_row_matvec_is_split_across_the_cores():
     from kiln.ir import For, collect
     par = [f for f in collect(out[name].body, For) if f.kind == "parallel"]
     assert len(par) == 1 and par[0].extent.value >= 2, attr(out[name], "kiln.schedule")
+
+
+# ---- how a matmul's work is split among the cores ------------------------------------------------
+@pytest.mark.parametrize("m,k,n,cores,rows", [
+    (64, 512, 128, 2, True),      # A is large next to B, B (256 KiB) fits in half of L2
+    (64, 256, 256, 2, True),      # its attention output projection
+    (64, 256, 1024, 2, False),    # the MLP up projection: B is 4x A's size and more
+    (64, 256, 768, 2, False),     # QKV
+    (1, 4096, 4096, 2, False),    # one row
+    (8, 64, 64, 2, False),        # too few row blocks for the cores
+    (64, 1024, 256, 2, False),    # B (1 MiB) overflows half of this target's L2 (1 MiB)
+    (64, 512, 128, 1, False),     # one core: nothing to split
+    (1024, 1024, 1024, 2, False), # B (4 MiB) overflows half of L2: row blocks would re-read it
+])
+def test_matmul_splits_rows_when_a_is_large_next_to_b(m, k, n, cores, rows):
+    from kiln.transform.schedule_tile import split_rows
+    ctx = PassContext(target=AVX512, cores=cores).resolved()
+    assert split_rows(m, k, n, 6, ctx) is rows
+
+
+@pytest.mark.parametrize("shape", [(64, 512, 128), (50, 300, 130), (2, 37, 96, 128)])
+@pytest.mark.parametrize("target", [AVX2, "llvm"])
+def test_row_split_matmul_matches_numpy(shape, target):
+    """Split by row blocks (rows not a multiple of the tile's, a batch of two, a bias in the
+    write-back), at 1 and 2 threads."""
+    *b, m, k, n = shape
+    rng = np.random.default_rng(8)
+    w = Constant((rng.standard_normal((k, n)) / np.sqrt(k)).astype("float32"))
+    bias = Constant(rng.standard_normal((n,)).astype("float32"))
+    mod = graph_module([typed("x", tuple(b) + (m, k))],
+                       lambda emit, x: ops.call("add", emit("matmul", x, w), bias))
+    ctx = PassContext(target=target, cores=2, parallel_min_elements=256)
+    out = kiln.get_pipeline("default", ctx)(mod)
+    (name,) = kernels(out)
+    assert "parallel by rows" in attr(out[name], "kiln.schedule"), attr(out[name], "kiln.schedule")
+    assert "split=rows" in attr(out[name], "kiln.decisions")
+    vm = kiln.VirtualMachine(kiln.compile(out, target=target), kiln.cpu())
+    x = rng.standard_normal(tuple(b) + (m, k)).astype("float32")
+    try:
+        for threads in (1, 2):
+            kiln.set_num_threads(threads)
+            got = vm["main"](kiln.nd.array(x)).numpy()
+            np.testing.assert_allclose(got, reference(mod, [x]), rtol=1e-4, atol=1e-4)
+    finally:
+        kiln.set_num_threads(0)

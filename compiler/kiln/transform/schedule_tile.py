@@ -13,7 +13,11 @@ shape of the contraction block ``C[..] = C[..] + A[..] * B[..]``:
 - the reduction's init is split off (``decompose_reduction``) and vectorized;
 - a panel-pack block (``kiln.layout = pack``, see ``layout.py``) is computed per column
   block (``compute_at``), so a panel stays in cache while every row block streams past it;
-- the outer loops (batch, column blocks, output rows) run in parallel;
+- the outer loops (batch, column blocks, output rows) run in parallel, split among the threads
+  by column blocks, or, when A is large next to B and B fits in half of L2 (``split_rows``),
+  by row blocks (then outside the column blocks): each core then reads only its rows of A,
+  which a kernel before it split alike wrote into this core's cache, rather than all of A,
+  half of it from the other core;
 - a matmul whose packed panel (K x NR) does not fit in half of L2 has its reduction blocked
   (``k_block``): per column block, K in chunks of ``kc``, every row block running over one
   chunk before the next, so the chunk of the panel and of A stay in L2; the tile of C then
@@ -146,13 +150,35 @@ def k_block_options(k: Optional[int]) -> List[int]:
     return [d for d in range(64, k // 2 + 1, 8) if k % d == 0]
 
 
+# A byte of A that the other core wrote costs about this many bytes of B streamed from L3: the
+# GPT-style decoder's projections (64 rows) split by rows when N <= 8 x 64 (the attention
+# output and MLP down projections, 256 columns: 1t unchanged, 2t 10-20% faster per kernel)
+# and by columns when wider (QKV, 768; the MLP up projection, 1024: 10-18% slower by rows).
+REMOTE_BYTE_COST = 8
+
+
+def split_rows(m: Optional[int], k: Optional[int], n: Optional[int], mr: int, ctx: PassContext) -> bool:
+    """Whether a matmul ``m x k x n`` splits its row blocks (of ``mr`` rows) among the threads
+    instead of its column blocks: per thread, a column split reads all of A (``m x k``), the
+    part other cores wrote from their caches, and ``1/cores`` of B; a row split ``1/cores`` of
+    A and all of B, once per row block (the row blocks are then the outer loop), so B must
+    fit in half of L2. So rows when ``REMOTE_BYTE_COST x A >= B``, B takes at most half of L2,
+    and there are row blocks for twice the cores. 64 x 1024 x 256: rows; 64 x 256 x 1024:
+    columns; 1024 x 1024 x 1024: columns (B is 4 MiB); 1 row: columns."""
+    if ctx.cores < 2 or not m or not k or not n:
+        return False
+    return REMOTE_BYTE_COST * m * k >= k * n and 4 * k * n <= ctx.machine.l2_bytes // 2 \
+        and -(-m // mr) >= 2 * ctx.cores
+
+
 def schedule_contraction(sch: Schedule, c: Contraction, ctx: PassContext, kind: str,
                          decide: Optional[Decisions] = None) -> str:
     """Apply the register-tile recipe (module docstring); returns a description. Its choices
     are ``decide``'s: ``nr`` (vector width, when the weight is not packed), ``mr`` (rows),
     ``cols`` (column blocks of a one-row tile), ``kc`` (reduction chunk of a matmul, 0: none;
     ``k_block``), ``parallel`` (how many outer loops are fused into the parallel loop; 0:
-    serial)."""
+    serial), ``split`` (a matmul's parallel loop over column blocks or row blocks;
+    ``split_rows``)."""
     decide = decide if decide is not None else Decisions()
     info = c.info
     loops = [LoopRV(f.loop_var) for f in info.loops]
@@ -230,11 +256,23 @@ def schedule_contraction(sch: Schedule, c: Contraction, ctx: PassContext, kind: 
                 outer.append(u0)
         else:
             outer.append(loops[k])
+    by_rows = False
     if kind == "matmul" and v0 is not None and u0 is not None:
+        k_ext = extents[c.reduce[0]] if len(c.reduce) == 1 else None
+        # (only for a kernel that will run in parallel, and not with B packed in the kernel:
+        # each core would pack every panel into the one panel buffer)
+        rows = split_rows(extents[c.u], k_ext, v_ext, mr, ctx) \
+            and math.prod(e for e in extents if e is not None) >= ctx.parallel_min_elements * 16
+        packs_here = any(b.annotated(PACK_ANNOTATION) for b in block_infos(sch.func))
+        if not packs_here:
+            by_rows = decide.choose("split", ["cols", "rows"],
+                                    default="rows" if rows else "cols") == "rows"
         # Column blocks outside row blocks: one (packed) panel of B serves every row block.
+        # Split by rows, the row blocks go outside: the parallel loop; every row block then
+        # reads all of B, which ``split_rows`` keeps to half of L2.
         iu, iv = outer.index(u0), outer.index(v0)
-        if iu < iv:
-            outer[iu], outer[iv] = v0, u0
+        if (iu < iv) != by_rows:
+            outer[iu], outer[iv] = outer[iv], outer[iu]
     inner = [x for x in (u1, v1) if x is not None]
     reduce = [loops[k] for k in c.reduce]
     kc = 0
@@ -332,7 +370,7 @@ def schedule_contraction(sch: Schedule, c: Contraction, ctx: PassContext, kind: 
             par = outer[:depth]
             loop = sch.fuse(*par) if len(par) > 1 else par[0]
             sch.parallel(loop)
-            parts.append("parallel")
+            parts.append("parallel by rows" if by_rows else "parallel")
     # Blocks left at the root (conv padding, epilogues that could not move): elementwise rule.
     for b in block_infos(sch.func):
         serial = all(f.kind == "serial" for f in b.loops)
