@@ -267,3 +267,14 @@ def test_fuse_block_iter_refuses_what_it_cannot_fuse():
         fuse_block_iter(_flat_view, "E", 3, 2)            # only one iterator from 3
     with pytest.raises(BlockIterError):
         fuse_block_iter(_flat_view, "E", 1, 1)            # nothing to fuse
+
+
+@pytest.mark.parametrize("cores,order", [(1, "channel blocks outer"), (2, "rows outer")])
+def test_pointwise_conv_goes_by_rows_on_more_than_one_core(cores, order):
+    """A 1 x 1 conv with weights small next to its input (MobileNetV2's 14 x 14 projection):
+    one core by channel blocks (less traffic), more than one by rows, so each core reads only
+    the rows of the input it wrote (``schedule_conv._rows_outer``); the same numbers."""
+    mod = _conv_model((1, 384, 14, 14), (64, 384, 1, 1))
+    ctx = PassContext(target=AVX2, cores=cores, parallel_min_elements=1024)
+    out, name = _compile_and_check(mod, (1, 384, 14, 14), ctx)
+    assert order in attr(out[name], "kiln.schedule"), attr(out[name], "kiln.schedule")
