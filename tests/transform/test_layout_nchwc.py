@@ -348,3 +348,17 @@ def test_blocked_kernels_use_the_targets_vectors(target, vector, not_vector):
         asm = codegen.compile_module(lower(IRModule({name: out[name]})), target).assembly()
         assert re.search(vector, asm), (name, asm[:2000])
         assert not_vector is None or not_vector not in asm[:asm.find("kiln_library_info")], name
+
+
+def test_depthwise_threads_split_the_image_by_rows():
+    """The depthwise conv's parallel loop runs over rows outside the channel blocks (so the
+    threads split the image by rows, as the 1 x 1 convs around it do); the same numbers."""
+    from kiln.ir import For, collect
+    mod = _inverted_residual((1, 32, 28, 28), stride=1, residual=True)
+    out = _check(mod, AVX2, PassContext(target=AVX2, cores=2, parallel_min_elements=1024))
+    (dw,) = [n for n in kernels(out) if n.startswith("fused_depthwise_conv2d_nchwc")]
+    (par,) = [f for f in collect(out[dw].body, For) if f.kind == "parallel"]
+    blocks = next(int(b.shape[1].value) for b in out[dw].params if len(b.shape) == 5)
+    assert par.extent.value == 28 * blocks      # rows x channel blocks
+    # the fused index is y * blocks + q: its quotient by the channel blocks is the row
+    assert par.loop_var.name.index("y") < par.loop_var.name.index("q"), par.loop_var.name
