@@ -209,10 +209,10 @@ def test_matmul_splits_rows_when_a_is_large_next_to_b(m, k, n, cores, rows):
     assert split_rows(m, k, n, 6, ctx) is rows
 
 
-@pytest.mark.parametrize("shape", [(64, 512, 128), (50, 300, 130), (2, 37, 96, 128)])
+@pytest.mark.parametrize("shape", [(64, 512, 128), (50, 300, 130), (1, 37, 96, 128)])
 @pytest.mark.parametrize("target", [AVX2, "llvm"])
 def test_row_split_matmul_matches_numpy(shape, target):
-    """Split by row blocks (rows not a multiple of the tile's, a batch of two, a bias in the
+    """Split by row blocks (rows not a multiple of the tile's, a batch dim of one, a bias in the
     write-back), at 1 and 2 threads."""
     *b, m, k, n = shape
     rng = np.random.default_rng(8)
@@ -234,3 +234,16 @@ def test_row_split_matmul_matches_numpy(shape, target):
             np.testing.assert_allclose(got, reference(mod, [x]), rtol=1e-4, atol=1e-4)
     finally:
         kiln.set_num_threads(0)
+
+
+def test_batched_matmul_keeps_the_column_split():
+    """A batch of products (a Winograd GEMM's 36, or here 3) runs its batch in parallel: the
+    row split, which would order each product's row blocks outside its column blocks, is not
+    taken."""
+    rng = np.random.default_rng(9)
+    w = Constant((rng.standard_normal((512, 128)) / 20).astype("float32"))
+    mod = graph_module([typed("x", (3, 64, 512))], lambda emit, x: ops.call("matmul", x, w))
+    out = kiln.get_pipeline("default", PassContext(target=AVX2, cores=2, parallel_min_elements=256))(mod)
+    (name,) = kernels(out)
+    assert "parallel by rows" not in attr(out[name], "kiln.schedule")
+    assert "split=cols" in attr(out[name], "kiln.decisions")
