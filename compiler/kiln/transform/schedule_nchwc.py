@@ -14,7 +14,7 @@ w[q, ry, rx, r]`` where the tap is inside the input (``depthwise``):
 - no padded copy: the taps outside the input are skipped (``ops/nchwc.py``: the reduction's
   ``where``, a well-predicted branch per tap), so the input is read from memory once;
 - ``(n, y, q)`` fused and parallel: rows outside the channel blocks, so the threads split the
-  image by rows.
+  image by rows (on one core, ``(n, q, y)``).
 
 Decisions (``kiln.schedule.decisions``): ``xt`` (pixels of the tile: default the most within
 the accumulator budget, at most ``MAX_PIXELS``, scored like the conv tiles so that the last
@@ -96,11 +96,14 @@ def schedule_depthwise(func: PrimFunc, ctx: PassContext,
     parts = [f"depthwise nchwc: tile {xt}x{block}", f"epilogue {fused}"]
     work = math.prod(e for e in extents if e is not None)
     if decide.choose("parallel", [False, True], default=work >= ctx.parallel_min_elements):
-        # Rows outside the channel blocks: the threads split the image by rows, as the 1 x 1
-        # convs around it do (``schedule_conv._rows_outer``), so each core reads the rows it
-        # wrote (MobileNetV2 at 2 threads: 2.56-2.63 ms against 2.59-2.67 by channel blocks)
-        sch.reorder(n, y, q)
-        sch.parallel(sch.fuse(n, y, q))
+        if ctx.cores > 1:
+            # Rows outside the channel blocks: the threads split the image by rows, as the
+            # 1 x 1 convs around it do (``schedule_conv._rows_outer``), so each core reads the
+            # rows it wrote (MobileNetV2 at 2 threads: 2.56-2.63 ms against 2.59-2.67)
+            sch.reorder(n, y, q)
+            sch.parallel(sch.fuse(n, y, q))
+        else:
+            sch.parallel(sch.fuse(n, q, y))
         parts.append("parallel")
     return sch.func, ", ".join(parts)
 
