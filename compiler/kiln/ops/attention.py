@@ -63,13 +63,8 @@ def _shapes(types, heads: int = 0):
         raise error(NAME, f"expected 3 or 4 arguments (q, kt, v[, mask]), got {len(types)}")
     if heads:
         return _packed_shapes(types, heads)
-    names = ("q", "kt", "v", "mask")[:len(types)]
-    args = tensor_args(NAME, types, names=names, count=len(types))
+    args = _float_args(types, ("q", "kt", "v", "mask"))
     q, kt, v = args[:3]
-    for name, t in zip(names, args):
-        if t.dtype != "float32" and not (name == "mask" and t.dtype == "bool"):
-            raise error(NAME, f"{name} must be float32{' or bool' if name == 'mask' else ''}, "
-                              f"got {t.dtype}")
     if q.ndim < 2 or kt.ndim != q.ndim or v.ndim != q.ndim:
         raise error(NAME, f"q, kt and v must have the same rank >= 2, got q {shape_str(q.shape)}, "
                           f"kt {shape_str(kt.shape)}, v {shape_str(v.shape)}")
@@ -101,15 +96,21 @@ def _check_mask(mask, scores) -> None:
                           f"{shape_str(scores)}")
 
 
-def _packed_shapes(types, heads: int):
-    """``_shapes`` for heads packed in the last axis (module docstring)."""
-    names = ("q", "k", "v", "mask")[:len(types)]
+def _float_args(types, names):
+    """The tensor arguments, checked float32 (the mask: or bool)."""
+    names = names[:len(types)]
     args = tensor_args(NAME, types, names=names, count=len(types))
-    q, k, v = args[:3]
     for name, t in zip(names, args):
         if t.dtype != "float32" and not (name == "mask" and t.dtype == "bool"):
             raise error(NAME, f"{name} must be float32{' or bool' if name == 'mask' else ''}, "
                               f"got {t.dtype}")
+    return args
+
+
+def _packed_shapes(types, heads: int):
+    """``_shapes`` for heads packed in the last axis (module docstring)."""
+    args = _float_args(types, ("q", "k", "v", "mask"))
+    q, k, v = args[:3]
     all3 = f"q {shape_str(q.shape)}, k {shape_str(k.shape)}, v {shape_str(v.shape)}"
     if q.ndim < 2 or k.ndim != q.ndim or v.ndim != q.ndim:
         raise error(NAME, f"q, k and v must have the same rank >= 2, got {all3}")
