@@ -152,8 +152,8 @@ def k_block_options(k: Optional[int]) -> List[int]:
 
 # A byte of A that the other core wrote costs about this many bytes of B streamed from L3: the
 # GPT-style decoder's projections (64 rows) split by rows when N <= 8 x 64 (the attention
-# output and MLP down projections, 256 columns: 1t unchanged, 2t 10-20% faster per kernel)
-# and by columns when wider (QKV, 768; the MLP up projection, 1024: 10-18% slower by rows).
+# output and MLP down projections, 256 columns: 1t unchanged, 2t 5-15% faster per kernel)
+# and by columns when wider (QKV, 768; the MLP up projection, 1024: 5-18% slower by rows).
 REMOTE_BYTE_COST = 8
 
 
@@ -259,10 +259,10 @@ def schedule_contraction(sch: Schedule, c: Contraction, ctx: PassContext, kind: 
     by_rows = False
     if kind == "matmul" and v0 is not None and u0 is not None:
         k_ext = extents[c.reduce[0]] if len(c.reduce) == 1 else None
-        # (only for a kernel that will run in parallel, and not with B packed in the kernel:
-        # each core would pack every panel into the one panel buffer)
-        # (and not a batched matmul, whose batch loops are the ones that run in parallel: a
-        # Winograd GEMM split by rows inside each of its 36 products ran ResNet-18 10% slower)
+        # Only for a kernel that will run in parallel; not for a batch of products, whose batch
+        # loops run in parallel (a Winograd GEMM split by rows inside each of its 36 products
+        # ran ResNet-18 10% slower); not with B packed in the kernel (each core would pack
+        # every panel into the one panel buffer).
         batch = [extents[k] for k in c.spatial if k not in (c.u, c.v)]
         rows = split_rows(extents[c.u], k_ext, v_ext, mr, ctx) and all(e == 1 for e in batch) \
             and math.prod(e for e in extents if e is not None) >= ctx.parallel_min_elements * 16
