@@ -312,3 +312,19 @@ def test_heads_packed_attention_errors_name_the_shapes(shapes, attrs, match):
     args = [typed(nm, s) for nm, s in zip(("q", "k", "v"), shapes)]
     with pytest.raises(ops.OpError, match=match):
         ops.call("attention", *args, **attrs)
+
+
+@pytest.mark.parametrize("target,nr,vector", [
+    (AVX2, 32, r"vfmadd\w+\s+.*%ymm"),
+    (AVX512, 64, r"vfmadd\w+\s+.*%zmm"),
+    (AARCH64, 16, r"fmla\s+v\d+\.4s"),
+])
+def test_heads_packed_tile_follows_the_target(target, nr, vector):
+    """The packed-heads kernel keeps the target's register tile and vector width."""
+    mod = _heads_graph(1, 64, 64, 4, 64, 64, mask_shape=(1, 1, 64, 64))
+    out = kiln.get_pipeline("default", target=target)(mod)
+    (name,) = kernels(out)
+    desc = attr(out[name], "kiln.schedule")
+    assert "heads packed" in desc and f"x{nr}" in desc, desc
+    asm = codegen.compile_module(lower(kiln.IRModule({name: out[name]})), target).assembly()
+    assert re.search(vector, asm)
