@@ -328,3 +328,70 @@ def test_heads_packed_tile_follows_the_target(target, nr, vector):
     assert "heads packed" in desc and f"x{nr}" in desc, desc
     asm = codegen.compile_module(lower(kiln.IRModule({name: out[name]})), target).assembly()
     assert re.search(vector, asm)
+
+
+def _qkv_graph(b, m, h, d, mask=True, reuse_k=False):
+    """The heads graph with q, k and v split out of one projection output (b, m, 3*h*d);
+    ``reuse_k``: k's piece is also added into the result."""
+    from kiln.ir import FunctionBuilder, TupleGetItem
+    fb_params = [typed("qkv", (b, m, 3 * h * d))] + ([typed("mask", (1, 1, m, m))] if mask else [])
+    fb = FunctionBuilder(list(fb_params))
+    with fb.dataflow():
+        def emit(op, *args, **attrs):
+            return fb.emit(ops.call(op, *args, **attrs))
+        x = fb_params[0]
+        t = emit("split", x, indices_or_sections=3, axis=-1)
+        q, k, v = (fb.emit(TupleGetItem(t, i)) for i in range(3))
+        q4 = emit("permute_dims", emit("reshape", q, shape=(b, m, h, d)), axes=(0, 2, 1, 3))
+        kt = emit("permute_dims", emit("reshape", k, shape=(b, m, h, d)), axes=(0, 2, 3, 1))
+        v4 = emit("permute_dims", emit("reshape", v, shape=(b, m, h, d)), axes=(0, 2, 1, 3))
+        s = emit("multiply", emit("matmul", q4, kt), Constant(np.array(0.125, "float32")))
+        if mask:
+            s = emit("add", s, fb_params[1])
+        o = emit("matmul", emit("softmax", s, axis=-1), v4)
+        merged = emit("permute_dims", o, axes=(0, 2, 1, 3))
+        if reuse_k:
+            y = ops.call("add", emit("reshape", merged, shape=(b, m, h * d)), k)
+        else:
+            y = ops.call("reshape", merged, shape=(b, m, h * d))
+        gv = fb.emit_output(y)
+    return kiln.IRModule({"main": fb.finish(gv)})
+
+
+@pytest.mark.parametrize("b,m,h,d", [(1, 64, 4, 64), (2, 7, 3, 5), (1, 1, 2, 16)])
+def test_pass_takes_q_k_v_straight_from_the_projection(b, m, h, d):
+    """q, k, v split out of one (b, m, 3*h*d) tensor: one attention call with qkv=True, no
+    split kernel left; the numbers of the graph op by op."""
+    mod = _qkv_graph(b, m, h, d)
+    fused = fuse_attention()(mod)
+    assert _ops(fused) == ["attention"]
+    call = next(fused["main"].bindings()).value
+    assert call.attr("qkv") is True and call.attr("heads") == h and len(call.args) == 2
+    out = kiln.get_pipeline("default", target=AVX2)(mod)
+    assert kernels(out) == ["attention"]
+    rng = np.random.default_rng(2)
+    x = rng.standard_normal((b, m, 3 * h * d)).astype("float32")
+    mask = np.triu(np.full((m, m), -1e4, "float32"), 1).reshape(1, 1, m, m)
+    want = attention_reference(x, mask, scale=0.125, heads=h, qkv=True)
+    np.testing.assert_allclose(run_vm(out, [x, mask]), want, rtol=1e-4, atol=1e-5)
+    unfused = kiln.get_pipeline("default", PassContext(fuse_attention=False), target=AVX2)(mod)
+    np.testing.assert_allclose(run_vm(unfused, [x, mask]), want, rtol=1e-4, atol=1e-5)
+
+
+def test_pass_keeps_the_split_when_a_piece_is_used_elsewhere():
+    fused = fuse_attention()(_qkv_graph(1, 8, 2, 4, reuse_k=True))
+    calls = {b.value.op: b.value for b in fused["main"].bindings() if hasattr(b.value, "op")}
+    assert "split" in calls and calls["attention"].attr("qkv", False) is False
+    assert calls["attention"].attr("heads") == 2
+
+
+@pytest.mark.parametrize("shapes,attrs,match", [
+    (((1, 4, 24),), dict(qkv=True), "qkv=True needs heads > 0"),
+    (((1, 4, 25),), dict(heads=2, qkv=True), "qkv's last dim must be a multiple of 3"),
+    (((1, 4, 24), (1, 4, 24), (1, 4, 24)), dict(heads=2, qkv=True), "expected 1 or 2 arguments"),
+    (((1, 4, 24),), dict(heads=2, qkv=1), "qkv=1 must be a bool"),
+])
+def test_qkv_attention_errors(shapes, attrs, match):
+    args = [typed(f"a{i}", s) for i, s in enumerate(shapes)]
+    with pytest.raises(ops.OpError, match=match):
+        ops.call("attention", *args, **attrs)

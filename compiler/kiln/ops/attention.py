@@ -42,6 +42,11 @@ folds into the call. One more block comes first, a head's keys transposed into a
 buffer (``attention_kt[b, h, k, j] = k[b, j, h*D + k]``) so that the score tile loads keys as
 vectors; the others keep their names, over (b..., H, M, ...), and the last writes
 ``attention[b, i, h*Dv + d]``.
+
+**q, k and v in one tensor** (``heads=H, qkv=True``): ``attention(qkv[, mask])`` with qkv
+(b..., M, 3*H*D) the output of one QKV projection, q its first third of columns, k the second,
+v the last (Dv = D, N = M): what ONNX Runtime's packed-QKV attention and FlashAttention's
+``qkvpacked`` take. No kernel splits the projection's output into three.
 """
 from __future__ import annotations
 
@@ -56,9 +61,11 @@ from .registry import OpError, register
 NAME = "attention"
 
 
-def _shapes(types, heads: int = 0):
+def _shapes(types, heads: int = 0, qkv: bool = False):
     """(batch shape, M, D, N, Dv) of an attention call (with ``heads``, of one head, the batch
     shape ending in the heads); raises OpError naming the shapes."""
+    if qkv:
+        return _packed_shapes(_qkv_types(types), heads)
     if len(types) not in (3, 4):
         raise error(NAME, f"expected 3 or 4 arguments (q, kt, v[, mask]), got {len(types)}")
     if heads:
@@ -94,6 +101,18 @@ def _check_mask(mask, scores) -> None:
             dims_equal(a, b) is True for a, b in zip(out, scores)):
         raise error(NAME, f"mask {shape_str(mask.shape)} does not broadcast to the scores "
                           f"{shape_str(scores)}")
+
+
+def _qkv_types(types):
+    """The types of q, k, v (and the mask) of a ``qkv=True`` call: thirds of its first."""
+    if len(types) not in (1, 2):
+        raise error(NAME, f"with qkv=True, expected 1 or 2 arguments (qkv[, mask]), got {len(types)}")
+    (x,) = tensor_args(NAME, types[:1], names=("qkv",), count=1)
+    width = const_dim(x.shape[-1]) if x.ndim >= 2 else None
+    if width is None or width % 3:
+        raise error(NAME, f"qkv's last dim must be a multiple of 3, got qkv {shape_str(x.shape)}")
+    third = TensorType(tuple(x.shape[:-1]) + (width // 3,), x.dtype)
+    return [third] * 3 + list(types[1:])
 
 
 def _float_args(types, names):
@@ -141,10 +160,12 @@ LOWEST = float(np.finfo(np.float32).min)
 
 def _attrs(attrs):
     """(scale, mask_fill, heads) of a call, checked."""
-    a = get_attrs(NAME, attrs, scale=1.0, mask_fill=LOWEST, heads=0)
+    a = get_attrs(NAME, attrs, scale=1.0, mask_fill=LOWEST, heads=0, qkv=False)
     heads = a["heads"]
     if not isinstance(heads, int) or isinstance(heads, bool) or heads < 0:
         raise error(NAME, f"heads={heads!r} must be a non-negative int (0: heads are batch dims)")
+    if not isinstance(a["qkv"], bool) or (a["qkv"] and not heads):
+        raise error(NAME, f"qkv={a['qkv']!r} must be a bool, and qkv=True needs heads > 0")
     for key in ("scale", "mask_fill"):
         v = a[key]
         number = isinstance(v, (int, float)) and not isinstance(v, bool)
@@ -152,37 +173,41 @@ def _attrs(attrs):
         if not number or not (np.isfinite(v) or (key == "mask_fill" and v == -np.inf)):
             raise error(NAME, f"{key}={v!r} must be a finite number"
                               f"{' or -inf' if key == 'mask_fill' else ''}")
-    return float(a["scale"]), float(a["mask_fill"]), heads
+    return float(a["scale"]), float(a["mask_fill"]), heads, a["qkv"]
 
 
 def _infer(types, attrs):
-    heads = _attrs(attrs)[2]
-    batch, m, _, _, dv = _shapes(types, heads)
+    _, _, heads, qkv = _attrs(attrs)
+    batch, m, _, _, dv = _shapes(types, heads, qkv)
     if heads:
         return TensorType(tuple(batch[:-1]) + (m, heads * dv), "float32")
     return TensorType(tuple(batch) + (m, dv), "float32")
 
 
 def _compute(args, attrs):
-    q, kt, v = args[:3]
-    mask = args[3] if len(args) == 4 else None
-    scale_value, fill_value, heads = _attrs(attrs)
-    batch, m, d, n, dv = _shapes([TensorType(t.shape, t.dtype) for t in args], heads)
+    scale_value, fill_value, heads, qkv = _attrs(attrs)
+    batch, m, d, n, dv = _shapes([TensorType(t.shape, t.dtype) for t in args], heads, qkv)
+    if qkv:     # q, k, v: the column thirds of args[0]
+        width = heads * d
+        (q, kt, v), offsets, mask = [args[0]] * 3, (0, width, 2 * width), (args[1:] or [None])[0]
+    else:
+        q, kt, v = args[:3]
+        offsets, mask = (0, 0, 0), (args[3] if len(args) == 4 else None)
     scale = literal(scale_value, "float32")
     nb = len(batch)
     if heads:
         # (b..., h) indexes the batch dims b... and the column block of head h
-        k_in, v_in = kt, v
+        q_in, k_in, v_in = q, kt, v
+        oq, ok, ov = offsets
         kt = te.compute(tuple(batch) + (d, n),
-                        lambda *i: k_in[i[:nb - 1] + (i[nb + 1], i[nb - 1] * d + i[nb])],
+                        lambda *i: k_in[i[:nb - 1] + (i[nb + 1], ok + i[nb - 1] * d + i[nb])],
                         name="attention_kt")
-        q_in = q
 
         def q_at(b, i, k):
-            return q_in[b[:-1] + (i, b[-1] * d + k)]
+            return q_in[b[:-1] + (i, oq + b[-1] * d + k)]
 
         def v_at(b, j, c):
-            return v_in[b[:-1] + (j, b[-1] * dv + c)]
+            return v_in[b[:-1] + (j, ov + b[-1] * dv + c)]
     else:
         def q_at(b, i, k):
             return q[b + (i, k)]
@@ -223,10 +248,15 @@ def _compute(args, attrs):
     return te.compute(tuple(batch) + (m, dv), lambda *i: pv[i] / sm[i[:-1]], name=NAME)
 
 
-def attention_reference(q, kt, v, mask=None, scale=1.0, mask_fill=LOWEST, heads=0):
+def attention_reference(q, kt=None, v=None, mask=None, scale=1.0, mask_fill=LOWEST, heads=0,
+                        qkv=False):
     """numpy: ``softmax(q @ kt * scale + mask, axis=-1) @ v`` (a bool mask: ``where(mask,
     q @ kt * scale, mask_fill)``) in float64, cast back. With ``heads``, the packed layout of
-    the module docstring (``kt`` is then the keys, not transposed)."""
+    the module docstring (``kt`` is then the keys, not transposed); with ``qkv``, the call's
+    arguments are (qkv[, mask]): ``q`` holds all three and ``kt`` is the mask."""
+    if qkv:
+        q, k, v = np.split(q, 3, axis=-1)
+        return attention_reference(q, k, v, kt, scale, mask_fill, heads)
     if heads:
         def split(x):    # (b..., rows, H*w) -> (b..., H, rows, w)
             x = x.reshape(x.shape[:-1] + (heads, x.shape[-1] // heads))
@@ -251,4 +281,5 @@ register(NAME, infer=_infer, compute=_compute, reference=attention_reference, pa
              "float32; the mask broadcasts to (b..., M, N); a bool mask keeps the scores where True "
              "and puts mask_fill elsewhere. heads=H: q (b..., M, H*D), k (b..., N, H*D) not "
              "transposed, v (b..., N, H*Dv), out (b..., M, H*Dv), the mask over (b..., H, M, N). "
+             "heads=H, qkv=True: attention(qkv[, mask]), q, k, v the column thirds of qkv. "
              "One kernel (see ops/attention.py); made by fuse_attention.")

@@ -24,7 +24,9 @@ next, as exporters write that too::
 
 the heads stay packed in the last axis (``ops/attention.py``): no kernel copies them out and
 back (four copies a layer of a GPT-style decoder). Every one of those calls must have no
-other use. Each intermediate must have no other use (else it is computed
+other use. And when qf, kf and vf are the three equal pieces of one QKV projection's output,
+split along its last axis and used nowhere else, the call takes that output whole
+(``R.attention(qkv, mask, heads=H, qkv=True)``) and the split goes too. Each intermediate must have no other use (else it is computed
 anyway and nothing is saved), the batch dims of q, kt and v must be equal (no broadcasting),
 the dtype float32. Run it before ``fuse_ops``; ``PassContext(fuse_attention=False)`` leaves
 the graph alone.
@@ -36,7 +38,7 @@ from typing import Dict, Optional, Tuple
 import numpy as np
 
 from ..ir import IRModule
-from ..ir.graph import Binding, Call, Constant, GraphExpr, GraphVar, TensorType
+from ..ir.graph import Binding, Call, Constant, GraphExpr, GraphVar, TensorType, TupleGetItem
 from ..ops import OpError
 from ..ops import call as op_call
 from ..ops.common import const_dim, dims_equal, same_shape
@@ -164,6 +166,27 @@ def _merged_output(var: GraphVar, users, uses) -> Optional[Tuple[GraphVar, list]
     return merge.var, [var, perm.var]
 
 
+def _qkv_split(inputs, defs, uses) -> Optional[Tuple[GraphExpr, list]]:
+    """For q, k, v = ``t[0], t[1], t[2]`` of ``t = split(x, 3, axis=-1)`` used only by them:
+    (x, the variables of t, q, k and v), else None."""
+    items = [defs.get(v) if isinstance(v, GraphVar) and uses[v] == 1 else None for v in inputs]
+    if not all(isinstance(it, TupleGetItem) for it in items) or \
+            [it.index for it in items] != [0, 1, 2]:
+        return None
+    t = items[0].tuple_value
+    if not all(it.tuple_value is t for it in items) or uses[t] != 3:
+        return None
+    split = defs.get(t)
+    if not isinstance(split, Call) or split.op != "split" or len(split.ty.fields) != 3:
+        return None
+    x = split.args[0]
+    rank = len(x.ty.shape)
+    if split.attr("axis", 0) not in (-1, rank - 1) or \
+            not all(same_shape(f.shape, split.ty.fields[0].shape) for f in split.ty.fields):
+        return None
+    return x, [t] + list(inputs)
+
+
 def fold_heads(var: GraphVar, args: tuple, attrs: dict, defs, uses, users
                ) -> Optional[Tuple[GraphVar, Call, list]]:
     """The attention call ``var = attention(*args, **attrs)`` with its heads split out of and
@@ -176,11 +199,18 @@ def fold_heads(var: GraphVar, args: tuple, attrs: dict, defs, uses, users
     out = _merged_output(var, users, uses)
     if out is None or any(f is None for f in found) or len({f[1] for f in found}) != 1:
         return None
+    inputs = [f[0] for f in found]
+    packed = _qkv_split(inputs, defs, uses)
     try:
-        call = op_call("attention", *[f[0] for f in found], *args[3:], **attrs, heads=found[0][1])
+        if packed is not None:
+            call = op_call("attention", packed[0], *args[3:], **attrs, heads=found[0][1], qkv=True)
+        else:
+            call = op_call("attention", *inputs, *args[3:], **attrs, heads=found[0][1])
     except OpError:
         return None
     target, dropped = out
+    if packed is not None:
+        dropped = dropped + packed[1]
     if not same_shape(call.ty.shape, defs[target].ty.shape):
         return None
     return target, call, dropped + [v for f in found for v in f[2]]
