@@ -210,6 +210,19 @@ def test_attention_op_checks_its_attributes(attrs, match):
 
 
 # ---- heads packed in the last axis (heads=H) ----------------------------------------------------
+def _split_heads_attention(emit, q, k, v, mask, dims):
+    """Heads split out of q, k, v (b, rows, h*w) as exporters write it, then attention over
+    them (scale 0.125, the mask added when given); returns the (b, h, m, dv) output."""
+    b, m, n, h, d, dv = dims
+    q4 = emit("permute_dims", emit("reshape", q, shape=(b, m, h, d)), axes=(0, 2, 1, 3))
+    kt = emit("permute_dims", emit("reshape", k, shape=(b, n, h, d)), axes=(0, 2, 3, 1))
+    v4 = emit("permute_dims", emit("reshape", v, shape=(b, n, h, dv)), axes=(0, 2, 1, 3))
+    s = emit("multiply", emit("matmul", q4, kt), Constant(np.array(0.125, "float32")))
+    if mask:
+        s = emit("add", s, mask[0])
+    return emit("matmul", emit("softmax", s, axis=-1), v4)
+
+
 def _heads_graph(b, m, n, h, d, dv, mask_shape=(), merge=True, reuse=False):
     """What exporters write around attention with the heads in one projection: each of q, k, v
     (b, rows, h*w) reshaped to (b, rows, h, w) and transposed to heads first (k to (b, h, d,
@@ -220,13 +233,7 @@ def _heads_graph(b, m, n, h, d, dv, mask_shape=(), merge=True, reuse=False):
         params.append(typed("mask", mask_shape))
 
     def body(emit, q, k, v, *mask):
-        q4 = emit("permute_dims", emit("reshape", q, shape=(b, m, h, d)), axes=(0, 2, 1, 3))
-        kt = emit("permute_dims", emit("reshape", k, shape=(b, n, h, d)), axes=(0, 2, 3, 1))
-        v4 = emit("permute_dims", emit("reshape", v, shape=(b, n, h, dv)), axes=(0, 2, 1, 3))
-        s = emit("multiply", emit("matmul", q4, kt), Constant(np.array(0.125, "float32")))
-        if mask:
-            s = emit("add", s, mask[0])
-        o = emit("matmul", emit("softmax", s, axis=-1), v4)
+        o = _split_heads_attention(emit, q, k, v, mask, (b, m, n, h, d, dv))
         if not merge:
             return ops.call("permute_dims", o, axes=(0, 2, 1, 3))
         t = emit("permute_dims", o, axes=(0, 2, 1, 3))
@@ -342,13 +349,7 @@ def _qkv_graph(b, m, h, d, mask=True, reuse_k=False):
         x = fb_params[0]
         t = emit("split", x, indices_or_sections=3, axis=-1)
         q, k, v = (fb.emit(TupleGetItem(t, i)) for i in range(3))
-        q4 = emit("permute_dims", emit("reshape", q, shape=(b, m, h, d)), axes=(0, 2, 1, 3))
-        kt = emit("permute_dims", emit("reshape", k, shape=(b, m, h, d)), axes=(0, 2, 3, 1))
-        v4 = emit("permute_dims", emit("reshape", v, shape=(b, m, h, d)), axes=(0, 2, 1, 3))
-        s = emit("multiply", emit("matmul", q4, kt), Constant(np.array(0.125, "float32")))
-        if mask:
-            s = emit("add", s, fb_params[1])
-        o = emit("matmul", emit("softmax", s, axis=-1), v4)
+        o = _split_heads_attention(emit, q, k, v, fb_params[1:], (b, m, m, h, d, d))
         merged = emit("permute_dims", o, axes=(0, 2, 1, 3))
         if reuse_k:
             y = ops.call("add", emit("reshape", merged, shape=(b, m, h * d)), k)
