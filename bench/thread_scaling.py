@@ -4,6 +4,7 @@
     .venv/bin/python bench/thread_scaling.py threshold gpt2 16384,65536   # A/B of the parallel cut
     .venv/bin/python bench/thread_scaling.py idle gpt2 0.2         # the calls after an idle gap
     .venv/bin/python bench/thread_scaling.py scaling gpt2 11       # plain calls, 1 vs 2 threads
+    .venv/bin/python bench/thread_scaling.py chain 64 256 16       # a chain of 64x256x256 matmuls
 
 Models: those of tests/onnx_models/onnx_model_zoo.py (mlp, resnet18, mobilenet_v2, gpt2), with
 seeded random weights. Every comparison alternates its sides round by round in one process and
@@ -116,6 +117,56 @@ def scaling(name: str, rounds: int = 11, calls: int = 20) -> float:
     return two / one
 
 
+def chain_module(m: int, k: int, length: int, distinct: bool, seed: int = 0):
+    """``length`` matmuls ``(1, m, k) @ (k, k)`` in a chain, each reading the one before: one
+    weight for all (``distinct=False``) or one each."""
+    import numpy as np
+
+    from kiln import ops
+    from kiln.ir import FunctionBuilder, GraphVar, IRModule, TensorType
+    from kiln.ir.graph import Constant
+    rng = np.random.default_rng(seed)
+    x = GraphVar("x", TensorType((1, m, k), "float32"))
+    fb = FunctionBuilder([x])
+    w = (rng.standard_normal((k, k)) / np.sqrt(k)).astype("float32")
+    with fb.dataflow():
+        h = x
+        for i in range(length):
+            if distinct:
+                w = (rng.standard_normal((k, k)) / np.sqrt(k)).astype("float32")
+            call = ops.call("matmul", h, Constant(w))
+            h = fb.emit_output(call) if i == length - 1 else fb.emit(call)
+    return IRModule({"main": fb.finish(h)})
+
+
+def chain(m: int, k: int, length: int, rounds: int = 11) -> dict:
+    """µs per matmul of a chain (``chain_module``) at 1 and 2 threads, same weight and
+    distinct weights, alternating round by round; prints and returns them. How a matmul
+    splits its work among the cores shows here: each reads what the one before wrote
+    (bench/RESULTS.md, "Session 12")."""
+    import numpy as np
+    fns = {}
+    for distinct in (False, True):
+        mod = kiln.get_pipeline("default")(chain_module(m, k, length, distinct))
+        fns["distinct" if distinct else "same"] = kiln.VirtualMachine(
+            kiln.compile(mod, "llvm"), kiln.cpu())["main"]
+    a = kiln.nd.array(np.random.default_rng(1).standard_normal((1, m, k)).astype("float32"))
+    res = {(n, t): [] for n in fns for t in (1, 2)}
+    for _ in range(rounds):
+        for n, f in fns.items():
+            for t in (1, 2):
+                kiln.set_num_threads(t)
+                res[(n, t)].append(median_call(f, [a], calls=20, warm=3))
+    kiln.set_num_threads(0)
+    out = {}
+    for n in fns:
+        one, two = (statistics.median(res[(n, t)]) * 1e6 / length for t in (1, 2))
+        out[n] = (one, two)
+        print(f"chain of {length} {m}x{k}x{k} matmuls, {n} weights: {one:.1f} us a matmul at 1 "
+              f"thread, {two:.1f} at 2 ({two / one:.3f})")
+    return out
+
+
 def idle(name: str, gap_s: float, rounds: int = 6, calls: int = 8) -> None:
     """The latency of each of the ``calls`` calls that follow ``gap_s`` seconds of idling, at 1
     and 2 threads (medians over ``rounds``), beside back-to-back calls."""
@@ -155,7 +206,13 @@ def main(argv=None) -> int:
     a = sub.add_parser("scaling", help="plain calls, 1 vs 2 threads")
     a.add_argument("model")
     a.add_argument("rounds", type=int, nargs="?", default=11)
+    a = sub.add_parser("chain", help="a chain of M x K x K matmuls, 1 vs 2 threads")
+    for name in ("m", "k", "length"):
+        a.add_argument(name, type=int)
     args = p.parse_args(argv)
+    if args.what == "chain":
+        chain(args.m, args.k, args.length)
+        return 0
     if args.model not in zoo.MODELS:
         p.error(f"unknown model {args.model!r}; one of {', '.join(zoo.MODELS)}")
     if args.what == "profile":

@@ -45,6 +45,22 @@ def test_scaling_prints_both_thread_counts_and_their_ratio(capsys):
     assert one > 0 and two > 0 and ratio == pytest.approx(two / one, rel=0.02)
 
 
+def test_chain_computes_the_chain_and_prints_both_thread_counts(capsys):
+    import numpy as np
+    import kiln
+    ts = _script()
+    mod = ts.chain_module(4, 8, 3, distinct=True)
+    x = np.random.default_rng(0).standard_normal((1, 4, 8)).astype("float32")
+    want = x
+    for b in mod["main"].bindings():
+        want = want @ b.value.args[1].data
+    vm = kiln.VirtualMachine(kiln.compile(kiln.get_pipeline("default")(mod), "llvm"), kiln.cpu())
+    np.testing.assert_allclose(vm["main"](kiln.nd.array(x)).numpy(), want, rtol=1e-4, atol=1e-5)
+    out = ts.chain(4, 8, 3, rounds=1)
+    assert set(out) == {"same", "distinct"} and all(a > 0 and b > 0 for a, b in out.values())
+    assert len(capsys.readouterr().out.splitlines()) == 2
+
+
 def test_unknown_model_is_refused():
     with pytest.raises(SystemExit):
         _script().main(["profile", "nope"])
