@@ -33,7 +33,7 @@ kiln_status_t kiln_derived_validate(const kiln_kernel_info_t* k, char* msg, size
     if ((!(d->flags & KILN_DIM_A_CONST) && (d->a < 0 || d->a >= self)) ||
         (!(d->flags & KILN_DIM_B_CONST) && (d->b < 0 || d->b >= self))) {
       kiln_format(msg, cap, "derived dimension %d refers to symbolic dimension %lld; it may refer "
-                  "only to dimensions 0..%lld (bound or earlier derived)", (int)j,
+                  "only to dimensions 0..%lld", (int)j,
                   (long long)(!(d->flags & KILN_DIM_A_CONST) && (d->a < 0 || d->a >= self) ? d->a : d->b),
                   (long long)(self - 1));
       return KILN_ERR_INVALID_FORMAT;

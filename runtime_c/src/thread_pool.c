@@ -169,6 +169,7 @@ typedef struct {
   int32_t sleepers;         /* workers blocked (or about to block) on `wake` */
   int32_t launcher_waiting; /* the launcher is blocked (or about to block) on `done` */
   int32_t stop;             /* workers exit at the next generation */
+  int32_t started;          /* atomic: workers started since the last start_workers */
   pthread_mutex_t launch_mu; /* held for a whole launch or resize: one loop at a time */
   pthread_mutex_t mu;        /* the mutex of both condition variables */
   pthread_cond_t wake;       /* workers block here for a new generation */
@@ -176,7 +177,6 @@ typedef struct {
   /* Touched only with launch_mu held (and by fork handlers). */
   pthread_t* workers;
   int32_t num_workers;
-  int32_t started;           /* atomic: workers started since the last start_workers */
   uint64_t start_generation; /* the generation new workers start from */
   /* KILN_SPIN_NS, or 0 when the pool alone has more threads than the machine has cores: then a
    * spinning thread would only take the core of one with work to do. Written before the
@@ -305,8 +305,10 @@ static void leave(pool_t* p) {
 static void* worker_main(void* arg) {
   pool_t* p = arg;
   t_in_task = 1;
-  /* This worker's participant id, fixed for its life: 1, 2, ... in the order workers start. */
+  /* This worker's participant id, fixed for its life: 1, 2, ... in the order workers start;
+   * from 64 on none (an own task needs a bit of `owned`), so it only draws from the counter. */
   int64_t id = __atomic_add_fetch(&p->started, 1, __ATOMIC_RELAXED);
+  if (id >= 64) id = INT64_MAX;
   uint64_t seen = p->start_generation; /* written before this thread was created */
   for (;;) {
     seen = wait_for_generation(p, seen);

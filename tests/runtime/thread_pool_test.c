@@ -6,8 +6,8 @@
  * fail, tasks that outlast the budget (the launcher blocks), nested launches, and two threads
  * launching at once. After every loop each task must have run exactly once (a task run twice or
  * skipped fails), a loop whose tasks wait for each other must find num_threads threads (a worker
- * that missed its wake-up fails it) and has the launcher run task 0, no task of one pooled loop may overlap a task of another
- * launcher's, and an idle pool must use no CPU. Prints "ALL OK". Usage: thread_pool_test */
+ * that missed its wake-up fails it) and has the launcher run task 0, no task of one pooled loop
+ * may overlap a task of another launcher's, and an idle pool must use no CPU. Prints "ALL OK". Usage: thread_pool_test */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
 #include <stdint.h>
@@ -15,7 +15,8 @@
 
 #include "check.h"
 
-#define MAX_TASKS 8
+#define MAX_TASKS 72 /* test_more_threads_than_task_bits: 70 */
+#define RANDOM_TASKS 8 /* the random loops have 1..RANDOM_TASKS tasks */
 
 /* One launcher's current loop; the kernel finds it through its int64[1] argument. */
 typedef struct {
@@ -169,7 +170,7 @@ static void test_single_launcher(kiln_function_t* fn) {
        ++i) {
     loop_t* l = &g_loops[0];
     l->id = 0;
-    l->num_tasks = 1 + (int64_t)(next_random(&rng) % MAX_TASKS);
+    l->num_tasks = 1 + (int64_t)(next_random(&rng) % RANDOM_TASKS);
     l->fail_task = -1;
     l->task_ns = 0;
     l->barrier = 0;
@@ -212,7 +213,7 @@ static void* launcher_main(void* arg) {
   for (int i = 0; i < 300 && a->ok && !__atomic_load_n(&g_bad, __ATOMIC_RELAXED); ++i) {
     loop_t* l = &g_loops[a->which];
     l->id = a->which;
-    l->num_tasks = 1 + (int64_t)(next_random(&rng) % MAX_TASKS);
+    l->num_tasks = 1 + (int64_t)(next_random(&rng) % RANDOM_TASKS);
     l->fail_task = -1;
     if (next_random(&rng) % 8 == 0) l->fail_task = next_random(&rng) % (uint32_t)l->num_tasks;
     l->task_ns = next_random(&rng) % 2 ? 2000 : 0;
@@ -264,6 +265,26 @@ static void test_idle_pool_uses_no_cpu(kiln_function_t* fn) {
   kiln_tensor_release(w);
 }
 
+/* 70 threads and loops of 70 tasks: workers from the 64th on have no bit of their own task
+ * (the pool claims own tasks through a 64-bit mask), so they only draw from the counter; every
+ * task must still run exactly once. */
+static void test_more_threads_than_task_bits(kiln_function_t* fn) {
+  kiln_tensor_t* w = which_tensor(0);
+  CHECK_OK(kiln_set_num_threads(70));
+  for (int i = 0; i < 20; ++i) {
+    loop_t* l = &g_loops[0];
+    l->id = 0;
+    l->num_tasks = 70;
+    l->fail_task = -1;
+    l->task_ns = i % 2 ? 2000 : 0;
+    l->barrier = 0;
+    l->nested = 0;
+    CHECK(run_loop(fn, w, 0));
+  }
+  CHECK_OK(kiln_set_num_threads(2));
+  kiln_tensor_release(w);
+}
+
 int main(void) {
   kiln_module_t* mod = NULL;
   kiln_function_t* fn = NULL;
@@ -273,6 +294,7 @@ int main(void) {
   test_single_launcher(fn);
   test_two_launchers(fn);
   test_idle_pool_uses_no_cpu(fn);
+  test_more_threads_than_task_bits(fn);
   CHECK(__atomic_load_n(&g_bad, __ATOMIC_RELAXED) == 0);
   CHECK_OK(kiln_set_num_threads(0));
   kiln_function_release(fn);
