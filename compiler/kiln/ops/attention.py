@@ -159,7 +159,7 @@ LOWEST = float(np.finfo(np.float32).min)
 
 
 def _attrs(attrs):
-    """(scale, mask_fill, heads) of a call, checked."""
+    """(scale, mask_fill, heads, qkv) of a call, checked."""
     a = get_attrs(NAME, attrs, scale=1.0, mask_fill=LOWEST, heads=0, qkv=False)
     heads = a["heads"]
     if not isinstance(heads, int) or isinstance(heads, bool) or heads < 0:

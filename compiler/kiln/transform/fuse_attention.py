@@ -12,8 +12,13 @@
     lv19 = R.attention(q, kt, v, mask, scale=0.125)
 
 This is how exporters write attention (PyTorch's ``q @ k.transpose(-2, -1) * scale + mask``,
-then softmax, then ``@ v``). When the heads come out of one projection and go back into the
-next, as exporters write that too::
+then softmax, then ``@ v``). Each intermediate must have no other use (else it is computed
+anyway and nothing is saved), the batch dims of q, kt and v must be equal (no broadcasting),
+the dtype float32. Run it before ``fuse_ops``; ``PassContext(fuse_attention=False)`` leaves
+the graph alone.
+
+When the heads come out of one projection and go back into the next, as exporters write
+that too::
 
     q = R.permute_dims(R.reshape(qf, (B, M, H, D)), axes=(0, 2, 1, 3))      # qf (B, M, H*D)
     kt = R.permute_dims(R.reshape(kf, (B, N, H, D)), axes=(0, 2, 3, 1))
@@ -26,10 +31,7 @@ the heads stay packed in the last axis (``ops/attention.py``): no kernel copies 
 back (four copies a layer of a GPT-style decoder). Every one of those calls must have no
 other use. And when qf, kf and vf are the three equal pieces of one QKV projection's output,
 split along its last axis and used nowhere else, the call takes that output whole
-(``R.attention(qkv, mask, heads=H, qkv=True)``) and the split goes too. Each intermediate must have no other use (else it is computed
-anyway and nothing is saved), the batch dims of q, kt and v must be equal (no broadcasting),
-the dtype float32. Run it before ``fuse_ops``; ``PassContext(fuse_attention=False)`` leaves
-the graph alone.
+(``R.attention(qkv, mask, heads=H, qkv=True)``) and the split goes too.
 """
 from __future__ import annotations
 
@@ -130,11 +132,11 @@ def _heads_of(e: GraphExpr, axes: tuple, defs, uses) -> Optional[Tuple[GraphExpr
     perm = _single_use(e, defs, uses, "permute_dims")
     if perm is None or _axes(perm) != axes:
         return None
-    split = _single_use(perm.args[0], defs, uses, "reshape")
-    if split is None:
+    reshape = _single_use(perm.args[0], defs, uses, "reshape")
+    if reshape is None:
         return None
-    x = split.args[0]
-    four, three = split.ty.shape, getattr(x.ty, "shape", None)
+    x = reshape.args[0]
+    four, three = reshape.ty.shape, getattr(x.ty, "shape", None)
     if three is None or len(three) != 3 or len(four) != 4:
         return None
     h, w = const_dim(four[2]), const_dim(four[3])

@@ -33,6 +33,7 @@ reductions' ``<block>.rfactor``.
 """
 from __future__ import annotations
 
+import math
 from typing import List, Optional, Tuple
 
 from ..ir import IRModule, PrimFunc
@@ -120,9 +121,7 @@ def schedule_attention(func: PrimFunc, ctx: PassContext, decide: Decisions) -> T
         # transposed once per task
         heads = list(loops[:-2])
         blocks = -(-m // rows) if m is not None and i0 is not None else 1
-        tasks_of_heads = 1
-        for lp in heads:
-            tasks_of_heads *= _extent(sch, lp) or 1
+        tasks_of_heads = math.prod(_extent(sch, lp) or 1 for lp in heads)
         options = [p for p in range(1, blocks + 1) if blocks % p == 0]
         want = -(-2 * ctx.cores // tasks_of_heads)
         parts_per_head = decide.choose("parts", options,
