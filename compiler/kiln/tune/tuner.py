@@ -28,7 +28,7 @@ from .database import (Database, best_of, candidate_time, decisions_key, is_timi
 from .measure import (Executor, LocalExecutor, MeasureInput, MeasureOptions, MeasureResult,
                       default_threads)
 from .cost_model import CostModel, available
-from . import model_check
+from . import ctrl_c, model_check
 from .search import Space
 from .tasks import Task, extract_tasks
 
@@ -273,6 +273,15 @@ def tune(mod, target="llvm", db="tuning.jsonl", trials: Optional[int] = None,
     Winograd, every option compiled and timed), so the kernels tuned next are those the
     measured choices make (``report.layers``).
     """
+    args = dict(locals())
+    with ctrl_c.latch() as pressed:
+        return _tune(pressed, **args)
+
+
+def _tune(pressed: ctrl_c.CtrlC, mod, target, db, trials, time_budget_s, num_threads, ctx,
+          executor, options, batch, seed, progress, pipeline, confirm, check_model, cost_model,
+          layers) -> TuneReport:
+    """``tune``'s work; ``pressed.check()`` raises a Ctrl-C that Python dropped."""
     t_start = time.monotonic()
     load = None            # of this machine, when candidates are timed here
     if executor is None or isinstance(executor, LocalExecutor):
@@ -294,6 +303,7 @@ def tune(mod, target="llvm", db="tuning.jsonl", trials: Optional[int] = None,
         try:
             layer_reports = _tune_layers(mod, target, num_threads, ctx, database, executor,
                                          progress, deadline)
+            pressed.check()
         except KeyboardInterrupt:
             if own:
                 executor.close()
@@ -335,6 +345,7 @@ def tune(mod, target="llvm", db="tuning.jsonl", trials: Optional[int] = None,
             _bar_status(bar, report)
         if searching:
             add_point()
+        pressed.check()     # after the record is saved: a dropped Ctrl-C stops here
 
     def add_point() -> None:
         report.curve.append((sum(s.report.new for s in states), time.monotonic() - t_start,
@@ -346,6 +357,7 @@ def tune(mod, target="llvm", db="tuning.jsonl", trials: Optional[int] = None,
         searching = True
         add_point()
         while not over_budget():
+            pressed.check()
             live = [s for s in states if not s.done and s.reference is not None
                     and s.left() != 0 and not s.space.exhausted]
             if not live:
@@ -372,6 +384,7 @@ def tune(mod, target="llvm", db="tuning.jsonl", trials: Optional[int] = None,
                    and s.report.best_decisions != s.report.default_decisions]
         layers_changed = any(r.best is not None and r.best != r.default
                              and r.note != "measured before" for r in layer_reports)
+        pressed.check()
         if check_model and pipeline and ((changed and any(s.report.new for s in states))
                                          or layers_changed):
             key = states[0].task.target_key
