@@ -55,22 +55,30 @@ def compile_child(model_path: str, lib_path: str, cache_dir: str) -> tuple:
     return sum(steps[1:]), peak_mb   # steps[0] reads the file
 
 
-def alternate(fns: dict, rounds: int = 7, per_round: int = 10, settle_s: float = 0.25) -> dict:
+def alternate(fns: dict, rounds: int = 7, per_round: int = 10, settle_s: float = 0.25,
+              warm_s: float = 0.03) -> dict:
     """Median seconds of each of ``fns`` (name -> callable), timed in alternating rounds: each
-    round runs every function ``per_round`` times (after one warm-up call) and keeps its
+    round runs every function ``per_round`` times (after warm-up calls) and keeps its
     median; the result is the median of the rounds. Alternating means a burst of load on the
     machine hits both systems alike, so the ratio stays meaningful on a noisy machine.
 
     Before each block the process sleeps ``settle_s``: thread pools spin for a while after
     their last task (OpenBLAS for about 0.1 s, onnxruntime's and Kiln's briefly), and a
-    system timed while the other's workers still spin would lose a core to them."""
+    system timed while the other's workers still spin would lose a core to them. After the
+    sleep, warm-up calls for ``warm_s`` (at least one): on the project's VMs the first calls
+    after an idle 0.25 s are slow for numpy and Kiln alike (a 1.7 ms matmul took 5 calls to
+    reach its speed, bench/RESULTS.md "Session 13"), which a block of 10 calls would
+    otherwise mostly measure."""
     import statistics
     import time
     per = {k: [] for k in fns}
     for _ in range(rounds):
         for name, fn in fns.items():
             time.sleep(settle_s)
+            end = time.perf_counter() + warm_s
             fn()
+            while time.perf_counter() < end:
+                fn()
             ts = []
             for _ in range(per_round):
                 t0 = time.perf_counter()
