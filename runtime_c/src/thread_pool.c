@@ -98,11 +98,10 @@ void kiln_thread_pool_kernel_ctx(kiln_kernel_ctx_t* ctx) {
 #define KILN_CPU_PAUSE() ((void)0)
 #endif
 
-/* How long an idle worker spins before it blocks, and a launcher before it blocks waiting for
- * joined workers: 50 us. Blocking costs tens of us: `make -C runtime_c bench` (2-vCPU VM)
- * measures ~14 us for the launcher to wake a sleeping worker (a futex wake, in a VM an
- * inter-processor interrupt) and ~40 us until that worker takes part in the loop, against
- * ~0.6 us when it was spinning. Spinning about as long as a block costs is the classic
+/* How long an idle worker spins before it blocks: 50 us. Blocking costs tens of us: `make -C
+ * runtime_c bench` (2-vCPU VM) measures ~14 us for the launcher to wake a sleeping worker (a
+ * futex wake, in a VM an inter-processor interrupt) and ~40 us until that worker takes part in
+ * the loop, against ~0.6 us when it was spinning. Spinning about as long as a block costs is the classic
  * spin-then-block rule: what it pays, spinning plus blocking, is never more than twice what an
  * oracle that knew when the next loop comes would pay. It also covers the gaps between one
  * inference's loops (a few serial kernels and the VM's dispatch: usually well under 50 us), so
@@ -116,6 +115,13 @@ void kiln_thread_pool_kernel_ctx(kiln_kernel_ctx_t* ctx) {
  * a gap between two of its ~40 parallel loops took 2.6-4.8 ms on 2 threads instead of 2.0 ms.
  * Between calls the short spin applies again, so an idle process holds no core for long. */
 #define KILN_SPIN_IN_CALL_NS 2000000u
+/* A launcher waiting for the workers in its loop to finish their tasks spins that long too
+ * (when the pool spins at all): it waits for work in flight, not for work that may never come.
+ * It used to block after 50 us, and a blocked launcher is woken by the last worker to leave,
+ * which the kernel's wake-up placement moved onto that worker's vCPU: on the 2-vCPU VM, after
+ * the process idled, both threads then took turns on one vCPU, call after call, and a
+ * two-thread 49 x 4608 x 1000 matmul (one loop of two 0.85 ms tasks) ran at one thread's
+ * speed for 5-20 calls (bench/RESULTS.md, "the idle effect", "Session 13"). */
 /* VM calls in flight in this process, and when the last one ended: hints for how long idle
  * workers spin (relaxed; a stale read only changes a spin's length). */
 static int32_t g_calls_in_flight;
@@ -134,19 +140,24 @@ static uint64_t g_last_call_end_ns;
 
 typedef struct {
   uint32_t pauses;
-  uint32_t budget_ns;
-  uint64_t deadline_ns; /* 0 until the first clock read: a short wait never reads the clock */
+  uint64_t start_ns; /* 0 until the first clock read: a short wait never reads the clock */
 } spin_t;
 
-/* One pause of a bounded spin; returns 0 once the spin has lasted budget_ns (and at least
- * KILN_SPIN_CLOCK_EVERY pauses). */
-static int spin_once(spin_t* s) {
+/* One pause of a spin: 0, or on every KILN_SPIN_CLOCK_EVERY-th pause the clock (ns), the
+ * spin's start then recorded in start_ns. */
+static uint64_t spin_pause(spin_t* s) {
   KILN_CPU_PAUSE();
-  if (++s->pauses % KILN_SPIN_CLOCK_EVERY != 0) return 1;
+  if (++s->pauses % KILN_SPIN_CLOCK_EVERY != 0) return 0;
   if (s->pauses % KILN_SPIN_YIELD_EVERY == 0) sched_yield();
   uint64_t now = kiln_platform_now_ns();
-  if (s->deadline_ns == 0) s->deadline_ns = now + s->budget_ns;
-  return now < s->deadline_ns;
+  if (s->start_ns == 0) s->start_ns = now;
+  return now;
+}
+
+/* One pause of the launcher's spin; 0 once it has lasted KILN_SPIN_IN_CALL_NS. */
+static int spin_once(spin_t* s) {
+  uint64_t now = spin_pause(s);
+  return now == 0 || now - s->start_ns < KILN_SPIN_IN_CALL_NS;
 }
 
 #define LOOP_OPEN 0x80000000u /* in `join`: the current loop still accepts workers */
@@ -246,21 +257,18 @@ void kiln_thread_pool_call_end(void) {
  * counted from the later of the spin's start and the last call's end, so back-to-back calls
  * find the worker still spinning. */
 static int worker_spin_once(spin_t* s, const pool_t* p) {
-  KILN_CPU_PAUSE();
-  if (++s->pauses % KILN_SPIN_CLOCK_EVERY != 0) return 1;
-  if (s->pauses % KILN_SPIN_YIELD_EVERY == 0) sched_yield();
-  uint64_t now = kiln_platform_now_ns();
-  if (s->deadline_ns == 0) s->deadline_ns = now; /* here: when the spin started */
+  uint64_t now = spin_pause(s);
+  if (now == 0) return 1;
   if (p->spin_ns && __atomic_load_n(&g_calls_in_flight, __ATOMIC_RELAXED))
-    return now - s->deadline_ns < KILN_SPIN_IN_CALL_NS;
+    return now - s->start_ns < KILN_SPIN_IN_CALL_NS;
   uint64_t from = __atomic_load_n(&g_last_call_end_ns, __ATOMIC_RELAXED);
-  if (from < s->deadline_ns || from > now) from = s->deadline_ns;
+  if (from < s->start_ns || from > now) from = s->start_ns;
   return now - from < p->spin_ns;
 }
 
 /* Waits for a generation other than `seen` and returns it: spins, then blocks. */
 static uint64_t wait_for_generation(pool_t* p, uint64_t seen) {
-  spin_t spin = {0, p->spin_ns, 0};
+  spin_t spin = {0, 0};
   uint64_t g;
   while ((g = __atomic_load_n(&p->generation, __ATOMIC_ACQUIRE)) == seen)
     if (!worker_spin_once(&spin, p)) break;
@@ -324,8 +332,8 @@ static void* worker_main(void* arg) {
 /* Closes the current loop (every task is claimed) and waits for the workers that joined it. */
 static void close_and_wait(pool_t* p) {
   if (__atomic_and_fetch(&p->join, ~LOOP_OPEN, __ATOMIC_ACQ_REL) == 0) return;
-  spin_t spin = {0, p->spin_ns, 0};
-  while (__atomic_load_n(&p->join, __ATOMIC_ACQUIRE) != 0)
+  spin_t spin = {0, 0};
+  while (p->spin_ns && __atomic_load_n(&p->join, __ATOMIC_ACQUIRE) != 0)
     if (!spin_once(&spin)) break;
   if (__atomic_load_n(&p->join, __ATOMIC_ACQUIRE) == 0) return;
   pthread_mutex_lock(&p->mu);

@@ -7,9 +7,12 @@
  * launching at once. After every loop each task must have run exactly once (a task run twice or
  * skipped fails), a loop whose tasks wait for each other must find num_threads threads (a worker
  * that missed its wake-up fails it) and has the launcher run task 0, no task of one pooled loop
- * may overlap a task of another launcher's, and an idle pool must use no CPU. Prints "ALL OK". Usage: thread_pool_test */
+ * may overlap a task of another launcher's, an idle pool must use no CPU, and a launcher waiting
+ * for a worker's 300 us task must spin, not block. Prints "ALL OK". Usage: thread_pool_test */
+#define _GNU_SOURCE /* RUSAGE_THREAD */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
+#include <sys/resource.h>
 #include <stdint.h>
 #include <time.h>
 
@@ -25,6 +28,8 @@ typedef struct {
   int64_t num_tasks;
   int64_t fail_task;           /* this task returns 100 + id; -1: none */
   int64_t task_ns;             /* each task busy-waits this long */
+  int64_t only_task;           /* > 0: only this task busy-waits */
+  int32_t only_task_on_launcher; /* atomic: only_task ran on the launcher */
   int barrier;                 /* every task waits until num_tasks tasks are running */
   int nested;                  /* every task launches a 3-task loop from inside */
   pthread_t launcher;          /* the thread that launched the loop */
@@ -94,7 +99,9 @@ static int32_t task(int64_t t, int64_t num_tasks, void* closure) {
         break;
       }
   }
-  busy_wait_ns(l->task_ns);
+  if (l->only_task <= 0 || t == l->only_task) busy_wait_ns(l->task_ns);
+  if (t == l->only_task && pthread_equal(l->launcher, pthread_self()))
+    __atomic_store_n(&l->only_task_on_launcher, 1, __ATOMIC_RELAXED);
   if (l->nested) {
     nested_t n = {pthread_self(), 0};
     if (l->ctx->parallel_launch(l->ctx->pool, nested_task, &n, 3) != 0 || n.next != 3) bad();
@@ -187,7 +194,7 @@ static void test_single_launcher(kiln_function_t* fn) {
     } else if (kind < 30) {
       l->fail_task = (int64_t)(next_random(&rng) % (uint32_t)l->num_tasks);
     } else if (kind < 33) {
-      l->task_ns = 200000; /* outlasts the launcher's spin: it blocks until workers leave */
+      l->task_ns = 2500000; /* outlasts the launcher's spin: it blocks until workers leave */
     } else if (kind < 36) {
       l->nested = 1;
     } else if (kind < 60) {
@@ -265,6 +272,37 @@ static void test_idle_pool_uses_no_cpu(kiln_function_t* fn) {
   kiln_tensor_release(w);
 }
 
+/* A launcher waiting for a worker to finish its task spins (up to 2 ms) rather than block: a
+ * blocked launcher is woken by that worker, and the wake-up moved it onto the worker's CPU
+ * (bench/RESULTS.md, "Session 13"). Loops of 2 tasks, only the worker's 300 us long: in the
+ * loops where the worker ran it, the launcher blocks (a voluntary context switch) in fewer than
+ * half. It blocked in every one when it spun 50 us. */
+static void test_launcher_spins_while_a_worker_finishes(kiln_function_t* fn) {
+  kiln_tensor_t* w = which_tensor(0);
+  CHECK_OK(kiln_set_num_threads(2));
+  int by_worker = 0;
+  long blocked = 0;
+  for (int i = 0; i < 40; ++i) {
+    loop_t* l = &g_loops[0];
+    *l = (loop_t){0};
+    l->num_tasks = 2;
+    l->fail_task = -1;
+    l->task_ns = 300000;
+    l->only_task = 1;
+    struct rusage before, after;
+    getrusage(RUSAGE_THREAD, &before);
+    CHECK(run_loop(fn, w, 0));
+    getrusage(RUSAGE_THREAD, &after);
+    if (__atomic_load_n(&l->only_task_on_launcher, __ATOMIC_RELAXED)) continue;
+    ++by_worker;
+    blocked += after.ru_nvcsw - before.ru_nvcsw;
+  }
+  if (by_worker >= 10 && 2 * blocked > by_worker)
+    fprintf(stderr, "the launcher blocked %ld times in %d loops\n", blocked, by_worker);
+  CHECK(by_worker < 10 || 2 * blocked <= by_worker);
+  kiln_tensor_release(w);
+}
+
 /* 70 threads and loops of 70 tasks: workers from the 64th on have no bit of their own task
  * (the pool claims own tasks through a 64-bit mask), so they only draw from the counter; every
  * task must still run exactly once. */
@@ -294,6 +332,7 @@ int main(void) {
   test_single_launcher(fn);
   test_two_launchers(fn);
   test_idle_pool_uses_no_cpu(fn);
+  test_launcher_spins_while_a_worker_finishes(fn);
   test_more_threads_than_task_bits(fn);
   CHECK(__atomic_load_n(&g_bad, __ATOMIC_RELAXED) == 0);
   CHECK_OK(kiln_set_num_threads(0));
