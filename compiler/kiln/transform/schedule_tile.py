@@ -175,9 +175,9 @@ def split_rows(m: Optional[int], k: Optional[int], n: Optional[int], mr: int, ct
 
 # The widest strip of B's rows a one-row product walks: its sums (4 B a column) stay in L1.
 STRIP_MOST = 4096
-# Rows of B added to a piece of the strip's sums at a time, and the width of that piece in
-# vectors: the piece's sums stay in registers across the rows (OpenBLAS's gemv adds 4 columns
-# of its matrix at a time, the same idea).
+# Rows of B added to a piece of the strip's sums (a panel's width) at a time: the piece's sums
+# stay in registers across the rows (OpenBLAS's gemv adds 4 columns of its matrix at a time,
+# the same idea).
 STRIP_ROWS = 4
 
 
@@ -237,6 +237,7 @@ def schedule_contraction(sch: Schedule, c: Contraction, ctx: PassContext, kind: 
     packs_here = any(b.annotated(PACK_ANNOTATION) for b in block_infos(sch.func))
     strip = 0
     if kind == "matmul" and not c.packed and not packs_here and len(c.reduce) == 1 \
+            and extents[c.reduce[0]] is not None \
             and all(extents[k] == 1 for k in c.spatial if k != c.v):
         options = strip_widths(v_ext, ctx)
         if options:
