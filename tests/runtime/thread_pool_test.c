@@ -8,7 +8,7 @@
  * skipped fails), a loop whose tasks wait for each other must find num_threads threads (a worker
  * that missed its wake-up fails it) and has the launcher run task 0, no task of one pooled loop
  * may overlap a task of another launcher's, an idle pool must use no CPU, and a launcher waiting
- * for a worker's 300 us task must spin, not block. Prints "ALL OK". Usage: thread_pool_test */
+ * 400 us for a worker's task must spin, not block. Prints "ALL OK". Usage: thread_pool_test */
 #define _GNU_SOURCE /* RUSAGE_THREAD */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
@@ -28,8 +28,9 @@ typedef struct {
   int64_t num_tasks;
   int64_t fail_task;           /* this task returns 100 + id; -1: none */
   int64_t task_ns;             /* each task busy-waits this long */
-  int64_t only_task;           /* > 0: only this task busy-waits */
-  int32_t only_task_on_launcher; /* atomic: only_task ran on the launcher */
+  int64_t long_task;           /* > 0: this task busy-waits long_ns instead */
+  int64_t long_ns;
+  int32_t long_task_on_launcher; /* atomic: long_task ran on the launcher */
   int barrier;                 /* every task waits until num_tasks tasks are running */
   int nested;                  /* every task launches a 3-task loop from inside */
   pthread_t launcher;          /* the thread that launched the loop */
@@ -99,9 +100,9 @@ static int32_t task(int64_t t, int64_t num_tasks, void* closure) {
         break;
       }
   }
-  if (l->only_task <= 0 || t == l->only_task) busy_wait_ns(l->task_ns);
-  if (t == l->only_task && pthread_equal(l->launcher, pthread_self()))
-    __atomic_store_n(&l->only_task_on_launcher, 1, __ATOMIC_RELAXED);
+  busy_wait_ns(l->long_task > 0 && t == l->long_task ? l->long_ns : l->task_ns);
+  if (l->long_task > 0 && t == l->long_task && pthread_equal(l->launcher, pthread_self()))
+    __atomic_store_n(&l->long_task_on_launcher, 1, __ATOMIC_RELAXED);
   if (l->nested) {
     nested_t n = {pthread_self(), 0};
     if (l->ctx->parallel_launch(l->ctx->pool, nested_task, &n, 3) != 0 || n.next != 3) bad();
@@ -274,9 +275,9 @@ static void test_idle_pool_uses_no_cpu(kiln_function_t* fn) {
 
 /* A launcher waiting for a worker to finish its task spins (up to 2 ms) rather than block: a
  * blocked launcher is woken by that worker, and the wake-up moved it onto the worker's CPU
- * (bench/RESULTS.md, "Session 13"). Loops of 2 tasks, only the worker's 300 us long: in the
- * loops where the worker ran it, the launcher blocks (a voluntary context switch) in fewer than
- * half. It blocked in every one when it spun 50 us. */
+ * (bench/RESULTS.md, "Session 13"). Loops of 2 tasks, the launcher's 200 us long (time for a
+ * sleeping worker to wake and claim its own) and the worker's 600 us: in the loops where the worker ran its own, the launcher blocks (a voluntary context
+ * switch) in fewer than half. It blocked in nearly every one when it spun 50 us. */
 static void test_launcher_spins_while_a_worker_finishes(kiln_function_t* fn) {
   kiln_tensor_t* w = which_tensor(0);
   CHECK_OK(kiln_set_num_threads(2));
@@ -287,13 +288,14 @@ static void test_launcher_spins_while_a_worker_finishes(kiln_function_t* fn) {
     *l = (loop_t){0};
     l->num_tasks = 2;
     l->fail_task = -1;
-    l->task_ns = 300000;
-    l->only_task = 1;
+    l->task_ns = 200000;
+    l->long_task = 1;
+    l->long_ns = 600000;
     struct rusage before, after;
     getrusage(RUSAGE_THREAD, &before);
     CHECK(run_loop(fn, w, 0));
     getrusage(RUSAGE_THREAD, &after);
-    if (__atomic_load_n(&l->only_task_on_launcher, __ATOMIC_RELAXED)) continue;
+    if (__atomic_load_n(&l->long_task_on_launcher, __ATOMIC_RELAXED)) continue;
     ++by_worker;
     blocked += after.ru_nvcsw - before.ru_nvcsw;
   }
