@@ -391,8 +391,93 @@ def test_pass_keeps_the_split_when_a_piece_is_used_elsewhere():
     (((1, 4, 25),), dict(heads=2, qkv=True), "qkv's last dim must be a multiple of 3"),
     (((1, 4, 24), (1, 4, 24), (1, 4, 24)), dict(heads=2, qkv=True), "expected 1 or 2 arguments"),
     (((1, 4, 24),), dict(heads=2, qkv=1), "qkv=1 must be a bool"),
+    (((1, 4, 24),), dict(heads=4, qkv=True, groups=3), "groups=3 must be a positive int"),
+    (((1, 4, 8), (1, 4, 8), (1, 4, 8)), dict(heads=2, groups=2), "more than 1 needs qkv=True"),
 ])
 def test_qkv_attention_errors(shapes, attrs, match):
     args = [typed(f"a{i}", s) for i, s in enumerate(shapes)]
     with pytest.raises(ops.OpError, match=match):
         ops.call("attention", *args, **attrs)
+
+
+# ---- heads in groups (a QKV projection's columns permuted so on several cores) -----------------
+def _projected_qkv_graph(b, m, h, d, bias=True, weight_input=False, seed=6):
+    """``_qkv_graph`` fed by a projection ``x @ W (+ bias)``; W and the bias constant (or W an
+    input)."""
+    from kiln.ir import FunctionBuilder, TupleGetItem
+    rng = np.random.default_rng(seed)
+    w = (rng.standard_normal((h * d, 3 * h * d)) / np.sqrt(h * d)).astype("float32")
+    bias_c = Constant(rng.standard_normal(3 * h * d).astype("float32"))
+    params = [typed("x", (b, m, h * d)), typed("mask", (1, 1, m, m))]
+    if weight_input:
+        params.append(typed("w", w.shape))
+    fb = FunctionBuilder(params)
+    with fb.dataflow():
+        def emit(op, *args, **attrs):
+            return fb.emit(ops.call(op, *args, **attrs))
+        qkv = emit("matmul", params[0], params[2] if weight_input else Constant(w))
+        if bias:
+            qkv = emit("add", qkv, bias_c)
+        t = emit("split", qkv, indices_or_sections=3, axis=-1)
+        q, k, v = (fb.emit(TupleGetItem(t, i)) for i in range(3))
+        o = _split_heads_attention(emit, q, k, v, params[1:2], (b, m, m, h, d, d))
+        merged = emit("permute_dims", o, axes=(0, 2, 1, 3))
+        gv = fb.emit_output(ops.call("reshape", merged, shape=(b, m, h * d)))
+    return kiln.IRModule({"main": fb.finish(gv)}), w
+
+
+def test_group_columns():
+    from kiln.transform.fuse_attention import group_columns
+    # 2 heads of width 2 in 2 groups: q0 k0 v0 | q1 k1 v1
+    assert group_columns(12, 2, 2).tolist() == [0, 1, 4, 5, 8, 9, 2, 3, 6, 7, 10, 11]
+    assert group_columns(12, 2, 1).tolist() == list(range(12))
+    cols = group_columns(3 * 4 * 8, 4, 2)
+    assert sorted(cols.tolist()) == list(range(96))
+
+
+def test_reference_reads_the_groups():
+    from kiln.transform.fuse_attention import group_columns
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((2, 5, 3 * 6 * 4)).astype("float32")
+    want = attention_reference(x, scale=0.5, heads=6, qkv=True)
+    for groups in (2, 3, 6):
+        grouped = x[..., group_columns(x.shape[-1], 6, groups)]
+        got = attention_reference(grouped, scale=0.5, heads=6, qkv=True, groups=groups)
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+@pytest.mark.parametrize("b,m,h,d,bias", [(1, 64, 4, 64, True), (2, 7, 6, 8, False)])
+def test_qkv_projection_grouped_for_two_cores(b, m, h, d, bias):
+    """With 2 cores the projection's weight (and bias) columns are permuted into 2 groups and
+    the attention call reads them so (``groups=2``); the model's numbers at 1 and 2 threads
+    are the unfused graph's."""
+    mod, w = _projected_qkv_graph(b, m, h, d, bias=bias)
+    ctx = PassContext(target=AVX2, cores=2)
+    fused = fuse_attention(ctx)(mod)
+    calls = {bd.value.op: bd.value for bd in fused["main"].bindings()}
+    assert calls["attention"].attr("groups") == 2 and calls["attention"].attr("qkv") is True
+    from kiln.transform.fuse_attention import group_columns
+    np.testing.assert_array_equal(calls["matmul"].args[1].data, w[:, group_columns(w.shape[1], h, 2)])
+    out = kiln.get_pipeline("default", ctx)(mod)
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((b, m, h * d)).astype("float32")
+    mask = np.triu(np.full((m, m), -1e4, "float32"), 1).reshape(1, 1, m, m)
+    unfused = kiln.get_pipeline("default", PassContext(target=AVX2, fuse_attention=False))(mod)
+    want = run_vm(unfused, [x, mask])
+    vm = kiln.VirtualMachine(kiln.compile(out, target=AVX2), kiln.cpu())
+    try:
+        for threads in (1, 2):
+            kiln.set_num_threads(threads)
+            got = vm["main"](kiln.nd.array(x), kiln.nd.array(mask)).numpy()
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    finally:
+        kiln.set_num_threads(0)
+
+
+@pytest.mark.parametrize("cores,h,weight_input", [(1, 4, False), (2, 3, False), (2, 4, True)])
+def test_qkv_projection_left_ungrouped(cores, h, weight_input):
+    """One core, heads the cores do not divide, or a weight given at run time: no groups."""
+    mod, _ = _projected_qkv_graph(1, 8, h, 4, weight_input=weight_input)
+    fused = fuse_attention(PassContext(target=AVX2, cores=cores))(mod)
+    call = next(bd.value for bd in fused["main"].bindings() if bd.value.op == "attention")
+    assert call.attr("qkv") is True and call.attr("groups", 1) == 1

@@ -47,6 +47,13 @@ vectors; the others keep their names, over (b..., H, M, ...), and the last write
 (b..., M, 3*H*D) the output of one QKV projection, q its first third of columns, k the second,
 v the last (Dv = D, N = M): what ONNX Runtime's packed-QKV attention and FlashAttention's
 ``qkvpacked`` take. No kernel splits the projection's output into three.
+
+**Heads in groups** (``qkv=True, groups=G``): qkv's columns are G groups of H/G heads each,
+a group's q, k and v one after the other (head h's q starts at column
+``(h // (H/G)) * 3*(H/G)*D + (h % (H/G)) * D``, its k ``(H/G)*D`` later, its v ``2*(H/G)*D``
+later). ``fuse_attention`` permutes the QKV projection's weight columns so on a target with G
+cores: the projection splits its columns among the cores, the attention kernel its heads,
+and each core then finds the q, k and v of its heads in its own cache.
 """
 from __future__ import annotations
 
@@ -159,13 +166,18 @@ LOWEST = float(np.finfo(np.float32).min)
 
 
 def _attrs(attrs):
-    """(scale, mask_fill, heads, qkv) of a call, checked."""
-    a = get_attrs(NAME, attrs, scale=1.0, mask_fill=LOWEST, heads=0, qkv=False)
+    """(scale, mask_fill, heads, qkv, groups) of a call, checked."""
+    a = get_attrs(NAME, attrs, scale=1.0, mask_fill=LOWEST, heads=0, qkv=False, groups=1)
     heads = a["heads"]
     if not isinstance(heads, int) or isinstance(heads, bool) or heads < 0:
         raise error(NAME, f"heads={heads!r} must be a non-negative int (0: heads are batch dims)")
     if not isinstance(a["qkv"], bool) or (a["qkv"] and not heads):
         raise error(NAME, f"qkv={a['qkv']!r} must be a bool, and qkv=True needs heads > 0")
+    groups = a["groups"]
+    if not isinstance(groups, int) or isinstance(groups, bool) or groups < 1 or \
+            (groups > 1 and (not a["qkv"] or heads % groups)):
+        raise error(NAME, f"groups={groups!r} must be a positive int; more than 1 needs "
+                          f"qkv=True and a divisor of heads={heads}")
     for key in ("scale", "mask_fill"):
         v = a[key]
         number = isinstance(v, (int, float)) and not isinstance(v, bool)
@@ -173,11 +185,11 @@ def _attrs(attrs):
         if not number or not (np.isfinite(v) or (key == "mask_fill" and v == -np.inf)):
             raise error(NAME, f"{key}={v!r} must be a finite number"
                               f"{' or -inf' if key == 'mask_fill' else ''}")
-    return float(a["scale"]), float(a["mask_fill"]), heads, a["qkv"]
+    return float(a["scale"]), float(a["mask_fill"]), heads, a["qkv"], groups
 
 
 def _infer(types, attrs):
-    _, _, heads, qkv = _attrs(attrs)
+    _, _, heads, qkv, _ = _attrs(attrs)
     batch, m, _, _, dv = _shapes(types, heads, qkv)
     if heads:
         return TensorType(tuple(batch[:-1]) + (m, heads * dv), "float32")
@@ -185,29 +197,36 @@ def _infer(types, attrs):
 
 
 def _compute(args, attrs):
-    scale_value, fill_value, heads, qkv = _attrs(attrs)
+    scale_value, fill_value, heads, qkv, groups = _attrs(attrs)
     batch, m, d, n, dv = _shapes([TensorType(t.shape, t.dtype) for t in args], heads, qkv)
-    if qkv:     # q, k, v: the column thirds of args[0]
-        width = heads * d
-        (q, kt, v), offsets, mask = [args[0]] * 3, (0, width, 2 * width), (args[1:] or [None])[0]
+    if qkv:     # q, k, v: the column thirds of args[0] (of each group's columns)
+        per = heads // groups
+        (q, kt, v), mask = [args[0]] * 3, (args[1:] or [None])[0]
+
+        def column(part, h):    # the first column of head h's q (part 0), k (1) or v (2)
+            if groups == 1:
+                return part * heads * d + h * d
+            return (h // per) * 3 * per * d + part * per * d + (h % per) * d
     else:
         q, kt, v = args[:3]
-        offsets, mask = (0, 0, 0), (args[3] if len(args) == 4 else None)
+        mask = args[3] if len(args) == 4 else None
+
+        def column(part, h):
+            return h * (dv if part == 2 else d)
     scale = literal(scale_value, "float32")
     nb = len(batch)
     if heads:
         # (b..., h) indexes the batch dims b... and the column block of head h
         q_in, k_in, v_in = q, kt, v
-        oq, ok, ov = offsets
         kt = te.compute(tuple(batch) + (d, n),
-                        lambda *i: k_in[i[:nb - 1] + (i[nb + 1], ok + i[nb - 1] * d + i[nb])],
+                        lambda *i: k_in[i[:nb - 1] + (i[nb + 1], column(1, i[nb - 1]) + i[nb])],
                         name="attention_kt")
 
         def q_at(b, i, k):
-            return q_in[b[:-1] + (i, oq + b[-1] * d + k)]
+            return q_in[b[:-1] + (i, column(0, b[-1]) + k)]
 
         def v_at(b, j, c):
-            return v_in[b[:-1] + (j, ov + b[-1] * dv + c)]
+            return v_in[b[:-1] + (j, column(2, b[-1]) + c)]
     else:
         def q_at(b, i, k):
             return q[b + (i, k)]
@@ -249,13 +268,14 @@ def _compute(args, attrs):
 
 
 def attention_reference(q, kt=None, v=None, mask=None, scale=1.0, mask_fill=LOWEST, heads=0,
-                        qkv=False):
+                        qkv=False, groups=1):
     """numpy: ``softmax(q @ kt * scale + mask, axis=-1) @ v`` (a bool mask: ``where(mask,
     q @ kt * scale, mask_fill)``) in float64, cast back. With ``heads``, the packed layout of
     the module docstring (``kt`` is then the keys, not transposed); with ``qkv``, the call's
-    arguments are (qkv[, mask]): ``q`` holds all three and ``kt`` is the mask."""
+    arguments are (qkv[, mask]): ``q`` holds all three, in ``groups``, and ``kt`` is the mask."""
     if qkv:
-        q, k, v = np.split(q, 3, axis=-1)
+        g = q.reshape(q.shape[:-1] + (groups, 3, q.shape[-1] // (3 * groups)))
+        q, k, v = (g[..., p, :].reshape(q.shape[:-1] + (-1,)) for p in range(3))
         return attention_reference(q, k, v, kt, scale, mask_fill, heads)
     if heads:
         def split(x):    # (b..., rows, H*w) -> (b..., H, rows, w)
@@ -281,5 +301,6 @@ register(NAME, infer=_infer, compute=_compute, reference=attention_reference, pa
              "float32; the mask broadcasts to (b..., M, N); a bool mask keeps the scores where True "
              "and puts mask_fill elsewhere. heads=H: q (b..., M, H*D), k (b..., N, H*D) not "
              "transposed, v (b..., N, H*Dv), out (b..., M, H*Dv), the mask over (b..., H, M, N). "
-             "heads=H, qkv=True: attention(qkv[, mask]), q, k, v the column thirds of qkv. "
+             "heads=H, qkv=True: attention(qkv[, mask]), q, k, v the column thirds of qkv "
+             "(groups=G: of each of G column groups of H/G heads). "
              "One kernel (see ops/attention.py); made by fuse_attention.")

@@ -32,6 +32,14 @@ back (four copies a layer of a GPT-style decoder). Every one of those calls must
 other use. And when qf, kf and vf are the three equal pieces of one QKV projection's output,
 split along its last axis and used nowhere else, the call takes that output whole
 (``R.attention(qkv, mask, heads=H, qkv=True)``) and the split goes too.
+
+On a target with several cores (``PassContext.cores`` = G dividing H), when that projection
+is ``matmul(x, W)`` (``+ b``) with W and b constant, its columns are permuted into G groups of
+H/G heads, each group's q, k and v together (``groups=G``, ops/attention.py): the projection
+splits its columns among the cores and the attention kernel its heads, so each core finds
+the q, k and v of its heads in its own cache. (Alone, the attention kernel of the 64-token,
+4-head decoder scales 0.52-0.54 from one thread to two; reading a projection's output split
+by columns, 0.64-0.67; grouped, 0.54-0.60; bench/RESULTS.md, "Session 13".)
 """
 from __future__ import annotations
 
@@ -189,11 +197,59 @@ def _qkv_split(inputs, defs, uses) -> Optional[Tuple[GraphExpr, list]]:
     return x, [t] + list(inputs)
 
 
-def fold_heads(var: GraphVar, args: tuple, attrs: dict, defs, uses, users
-               ) -> Optional[Tuple[GraphVar, Call, list]]:
+def group_columns(width: int, heads: int, groups: int) -> np.ndarray:
+    """The column order of a QKV projection's output in ``groups`` (``ops/attention.py``,
+    "Heads in groups"): entry j is the column of the ungrouped output that lands at j.
+
+    >>> group_columns(12, 2, 2).tolist()     # q0 k0 v0 | q1 k1 v1, heads of width 2
+    [0, 1, 4, 5, 8, 9, 2, 3, 6, 7, 10, 11]
+    """
+    d = width // (3 * heads)
+    # (part, group, head of group, column) -> (group, part, head of group, column)
+    cols = np.arange(width).reshape(3, groups, heads // groups, d)
+    return cols.transpose(1, 0, 2, 3).reshape(-1)
+
+
+def _grouped_projection(x: GraphExpr, defs, uses, heads: int, groups: int
+                        ) -> Optional[Dict[GraphVar, Call]]:
+    """The bindings of the projection ``x = matmul(y, W) [+ b]`` (W and b constant, each used
+    once) with its output columns in ``groups`` (``group_columns``), else None."""
+    out: Dict[GraphVar, Call] = {}
+    add = _single_use(x, defs, uses, "add")
+    mm_var, bias_at = x, None
+    if add is not None:
+        consts = [i for i, a in enumerate(add.args) if isinstance(a, Constant)]
+        if len(consts) != 1:
+            return None
+        bias_at = consts[0]
+        mm_var = add.args[1 - bias_at]
+    mm = _single_use(mm_var, defs, uses, "matmul")
+    if mm is None or not isinstance(mm.args[1], Constant):
+        return None
+    w = mm.args[1].data
+    width = w.shape[-1]
+    if w.ndim != 2 or width % (3 * heads):
+        return None
+    order = group_columns(width, heads, groups)
+    out[mm_var] = op_call("matmul", mm.args[0], Constant(np.ascontiguousarray(w[:, order])),
+                          **dict(mm.attrs))
+    if add is not None:
+        b = add.args[bias_at].data
+        if b.ndim < 1 or b.shape[-1] != width or b.size != width:
+            return None
+        args = list(add.args)
+        args[bias_at] = Constant(np.ascontiguousarray(b[..., order]))
+        args[1 - bias_at] = mm_var
+        out[x] = op_call("add", *args, **dict(add.attrs))
+    return out
+
+
+def fold_heads(var: GraphVar, args: tuple, attrs: dict, defs, uses, users, cores: int = 1
+               ) -> Optional[Tuple[GraphVar, Call, list, Dict[GraphVar, Call]]]:
     """The attention call ``var = attention(*args, **attrs)`` with its heads split out of and
     merged back into packed projections (module docstring) as one call with ``heads=H``:
-    (the variable that now binds it, the call, the variables it replaces), else None."""
+    (the variable that now binds it, the call, the variables it replaces, the projection's
+    bindings rewritten for ``groups=cores``), else None."""
     if len(args[0].ty.shape) != 4:
         return None
     found = [_heads_of(a, axes, defs, uses) for a, axes in
@@ -203,11 +259,16 @@ def fold_heads(var: GraphVar, args: tuple, attrs: dict, defs, uses, users
         return None
     inputs = [f[0] for f in found]
     packed = _qkv_split(inputs, defs, uses)
+    heads = found[0][1]
+    grouped: Dict[GraphVar, Call] = {}
+    if packed is not None and cores > 1 and heads % cores == 0:
+        grouped = _grouped_projection(packed[0], defs, uses, heads, cores) or {}
     try:
         if packed is not None:
-            call = op_call("attention", packed[0], *args[3:], **attrs, heads=found[0][1], qkv=True)
+            call = op_call("attention", packed[0], *args[3:], **attrs, heads=heads, qkv=True,
+                           **({"groups": cores} if grouped else {}))
         else:
-            call = op_call("attention", *inputs, *args[3:], **attrs, heads=found[0][1])
+            call = op_call("attention", *inputs, *args[3:], **attrs, heads=heads)
     except OpError:
         return None
     target, dropped = out
@@ -215,7 +276,7 @@ def fold_heads(var: GraphVar, args: tuple, attrs: dict, defs, uses, users
         dropped = dropped + packed[1]
     if not same_shape(call.ty.shape, defs[target].ty.shape):
         return None
-    return target, call, dropped + [v for f in found for v in f[2]]
+    return target, call, dropped + [v for f in found for v in f[2]], grouped
 
 
 def fuse_attention(ctx: Optional[PassContext] = None) -> Pass:
@@ -243,10 +304,12 @@ def fuse_attention(ctx: Optional[PassContext] = None) -> Pass:
                         if m is None:
                             continue
                         args, attrs, replaced = m
-                        folded = fold_heads(b.var, args, attrs, defs, uses, users)
+                        folded = fold_heads(b.var, args, attrs, defs, uses, users,
+                                            ctx.cores or 1)
                         if folded is not None:
-                            target, call, more = folded
+                            target, call, more, grouped = folded
                             fused[target] = call
+                            fused.update(grouped)
                             dropped.update(replaced + more)
                         else:
                             fused[b.var] = op_call("attention", *args, **attrs)
