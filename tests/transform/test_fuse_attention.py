@@ -17,7 +17,8 @@ from kiln.ops.attention import attention_reference
 from kiln.transform import PassContext, fuse_attention
 from kiln.transform.schedule_attention import tile_of
 
-from transform_helpers import AVX2, attr, graph_module, kernels, rand, run_vm, typed
+from transform_helpers import (AVX2, attr, graph_module, kernels, outputs_at_threads, rand,
+                               run_vm, typed)
 
 AVX512 = "llvm -mcpu=skylake-avx512"
 AARCH64 = "llvm -mtriple=aarch64-linux-gnu"
@@ -465,13 +466,8 @@ def test_qkv_projection_grouped_for_two_cores(b, m, h, d, bias):
     unfused = kiln.get_pipeline("default", PassContext(target=AVX2, fuse_attention=False))(mod)
     want = run_vm(unfused, [x, mask])
     vm = kiln.VirtualMachine(kiln.compile(out, target=AVX2), kiln.cpu())
-    try:
-        for threads in (1, 2):
-            kiln.set_num_threads(threads)
-            got = vm["main"](kiln.nd.array(x), kiln.nd.array(mask)).numpy()
-            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
-    finally:
-        kiln.set_num_threads(0)
+    for got in outputs_at_threads(vm, [x, mask]):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("cores,h,weight_input", [(1, 4, False), (2, 3, False), (2, 4, True)])

@@ -12,7 +12,7 @@ from kiln.schedule.decisions import Decisions
 from kiln.transform import PassContext
 from kiln.transform.schedule_tile import strip_widths, walk_strip
 
-from transform_helpers import attr, graph_module, kernels, typed
+from transform_helpers import attr, graph_module, kernels, outputs_at_threads, typed
 
 AVX2 = "llvm -mcpu=haswell"
 AVX512 = "llvm -mcpu=skylake-avx512"
@@ -73,13 +73,8 @@ def test_strip_walk_matches_numpy(k, n, batch, bias, rows):
     want = x.astype("float64") @ w.astype("float64")
     if bias:
         want = want + mod["main"].blocks[0].bindings[-1].value.args[1].data
-    try:
-        for threads in (1, 2):
-            kiln.set_num_threads(threads)
-            got = vm["main"](kiln.nd.array(x), kiln.nd.array(w)).numpy()
-            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
-    finally:
-        kiln.set_num_threads(0)
+    for got in outputs_at_threads(vm, [x, w]):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
 def test_strip_zero_is_the_register_tile():

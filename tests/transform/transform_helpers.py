@@ -62,6 +62,18 @@ def run_vm(mod: IRModule, args, name: str = "main", target: str = AVX2):
     return out.numpy() if hasattr(out, "numpy") else [o.numpy() for o in out]
 
 
+def outputs_at_threads(vm, args, threads=(1, 2)) -> List[np.ndarray]:
+    """``vm["main"](*args)`` as numpy, once at each thread count (the default restored)."""
+    outs = []
+    try:
+        for t in threads:
+            kiln.set_num_threads(t)
+            outs.append(vm["main"](*[kiln.nd.array(a) for a in args]).numpy())
+    finally:
+        kiln.set_num_threads(0)
+    return outs
+
+
 def kernels(mod: IRModule) -> List[str]:
     """Names of the tensor programs the graph functions call (what runs per inference)."""
     names: List[str] = []
