@@ -30,7 +30,8 @@
  *     on `join`: the LOOP_OPEN bit plus the count of joined workers) and, as far as it can
  *     tell, still has unclaimed tasks. The launcher runs tasks too, and once every task is
  *     claimed it closes the loop (clears LOOP_OPEN) and waits only for the workers that
- *     joined: spinning on `join` for the same budget, then blocking on `done`
+ *     joined: spinning on `join` for up to KILN_SPIN_IN_CALL_NS (it waits for work in
+ *     flight; see there why not less), then blocking on `done`
  *     (`launcher_waiting` is the Dekker pair of the count; the last worker to leave a closed
  *     loop signals it). So a loop never waits for a worker that is asleep or slow to notice,
  *     and a small loop costs little more than running it serially.
@@ -101,9 +102,9 @@ void kiln_thread_pool_kernel_ctx(kiln_kernel_ctx_t* ctx) {
 /* How long an idle worker spins before it blocks: 50 us. Blocking costs tens of us: `make -C
  * runtime_c bench` (2-vCPU VM) measures ~14 us for the launcher to wake a sleeping worker (a
  * futex wake, in a VM an inter-processor interrupt) and ~40 us until that worker takes part in
- * the loop, against ~0.6 us when it was spinning. Spinning about as long as a block costs is the classic
- * spin-then-block rule: what it pays, spinning plus blocking, is never more than twice what an
- * oracle that knew when the next loop comes would pay. It also covers the gaps between one
+ * the loop, against ~0.6 us when it was spinning. Spinning about as long as a block costs is
+ * the classic spin-then-block rule: what it pays, spinning plus blocking, is never more than
+ * twice what an oracle that knew when the next loop comes would pay. It also covers the gaps between one
  * inference's loops (a few serial kernels and the VM's dispatch: usually well under 50 us), so
  * those loops pay no wake-up. Much longer (OpenMP runtimes spin for milliseconds) would hold
  * cores that another pool in the same process, or another process, needs when there are more

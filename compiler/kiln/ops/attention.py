@@ -204,7 +204,7 @@ def _compute(args, attrs):
         (q, kt, v), mask = [args[0]] * 3, (args[1:] or [None])[0]
 
         def column(part, h):    # the first column of head h's q (part 0), k (1) or v (2)
-            if groups == 1:
+            if groups == 1:     # the general form's h // per is 0: keep the index affine
                 return part * heads * d + h * d
             return (h // per) * 3 * per * d + part * per * d + (h % per) * d
     else:

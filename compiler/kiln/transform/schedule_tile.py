@@ -339,9 +339,9 @@ def schedule_contraction(sch: Schedule, c: Contraction, ctx: PassContext, kind: 
         # Per group of rows of B, per piece of the strip: the piece's sums in registers across
         # the rows (``walk_strip``).
         k_ext = extents[c.reduce[0]]
-        rows = [r for r in (1, 2, 4, 8) if k_ext % r == 0]
-        strip_rows = decide.choose("strip_rows", rows,
-                                   default=max(r for r in rows if r <= STRIP_ROWS))
+        row_counts = [r for r in (1, 2, 4, 8) if k_ext % r == 0]
+        strip_rows = decide.choose("strip_rows", row_counts,
+                                   default=max(r for r in row_counts if r <= STRIP_ROWS))
         k0, k1 = sch.split(reduce[0], [None, strip_rows])
         piece, v1 = sch.split(v1, [None, ctx.pack_lanes])
         sch.reorder(k0, piece, k1, v1)
@@ -364,9 +364,10 @@ def schedule_contraction(sch: Schedule, c: Contraction, ctx: PassContext, kind: 
                 left.append(e)
         if left:
             epilogue = "separate"
-    parts = [f"tile {mr}x{nr or 1}" if cols == 1 else f"tile 1x{cols}x{nr}"]
     if strip:
         parts = [f"B's rows in strips of {strip}, {strip_rows} rows at a time"]
+    else:
+        parts = [f"tile {mr}x{nr or 1}" if cols == 1 else f"tile 1x{cols}x{nr}"]
     if kc:
         parts.append(f"k chunks of {kc}")
     # The tile of C is written back after its reduction: per row block, or with K chunks
