@@ -1,0 +1,118 @@
+"""The combine step of an ``rfactor``-ed row reduction, lowered as a tree of vector operations.
+
+``schedule_row_reduce`` leaves each row reduction as ``lanes`` vector partials and a short
+serial loop that folds them into the row's result; after ``lower.opaque_blocks`` it reads::
+
+    S[0] = T.float32(0)
+    for k in range(32):
+        S[0] = S[0] + S_rf[0, k]
+
+Lowered as written, that is a chain of 32 dependent adds (about 4 cycles each): 128 cycles a
+row, more than the vector part of a 256-wide layer norm takes, twice per row (mean and
+variance; softmax's max and sum). Here such a loop becomes one vector load of the partials and
+``log2(lanes)`` steps that each combine the two halves of the vector (5 steps for 32 partials),
+then one combine with ``S``'s value. The rfactor already reassociated the reduction; this
+reassociates its last step the same way (a pairwise sum, as numpy's ``sum`` does).
+
+Which loops: serial, from 0, of a constant power-of-two extent from 4 to 64, whose body is one
+store ``S[i] = S[i] op x`` (op ``+``, ``max`` or ``min`` on float32 or float64; ``x + S[i]`` too) where ``i``
+does not vary with the loop and ``x`` does not read ``S``. Anything else is lowered as a serial
+loop. The result is the serial loop's up to rounding: sums are reassociated, and ``max`` and
+``min`` skip NaNs in ``x`` as the serial loop's selects do.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from llvmlite import ir
+
+from ..ir.expr import Add, BufferLoad, IntImm, Max, Min, PrimExpr, Var
+from ..ir.functor import pre_order_visit
+from ..ir.stmt import BufferStore, For
+from . import cgutils as cg
+from .lower_expr import Affine, VecState
+from .vectorize import _same
+
+_OPS = (Add, Max, Min)
+# ``S = max(S, x)`` lowers to ``x > S ? x : S``: a NaN in x never wins, so the serial loop's
+# result is the largest value that is not NaN (or S's start). maxnum gives that for any
+# pairing of the halves too; a plain select would keep a NaN that lands on its left.
+_NAN_IGNORING = {Max: "llvm.maxnum", Min: "llvm.minnum"}
+MIN_LANES, MAX_LANES = 4, 64
+
+
+@dataclass(frozen=True)
+class Combine:
+    """A matched combine loop's store ``S[i] = S[i] op x``, and ``x``."""
+    store: BufferStore
+    x: PrimExpr
+
+
+def _uses(e, var: Var) -> bool:
+    found = []
+    pre_order_visit(e, lambda n: found.append(n) if n is var else None)
+    return bool(found)
+
+
+def _reads(e, buffer) -> bool:
+    found = []
+    pre_order_visit(e, lambda n: found.append(n) if isinstance(n, BufferLoad) and n.buffer is buffer else None)
+    return bool(found)
+
+
+def match_combine(loop: For) -> Optional[Combine]:
+    """The ``Combine`` that ``loop`` is (module docstring), or None."""
+    n = getattr(loop.extent, "value", None)
+    if loop.kind != "serial" or not isinstance(loop.extent, IntImm) or \
+            getattr(loop.min, "value", None) != 0 or n < MIN_LANES or n > MAX_LANES or n & (n - 1):
+        return None
+    st = loop.body
+    if not isinstance(st, BufferStore) or st.buffer.dtype not in ("float32", "float64") or \
+            type(st.value) not in _OPS or any(_uses(i, loop.loop_var) for i in st.indices):
+        return None
+    v = st.value
+    acc = BufferLoad(st.buffer, st.indices)
+    if isinstance(v.a, BufferLoad) and _same(v.a, acc):
+        x = v.b
+    elif isinstance(v.b, BufferLoad) and _same(v.b, acc) and type(v) is Add:
+        x = v.a
+    else:
+        return None
+    if _reads(x, st.buffer) or not _uses(x, loop.loop_var):
+        return None
+    return Combine(st, x)
+
+
+def lower_combine(fl, loop: For, c: Combine) -> None:
+    """Lower the combine loop ``loop`` matched as ``c`` (module docstring) into ``fl``."""
+    b = fl.b
+    n = loop.extent.value
+    dtype = c.store.buffer.dtype
+    op = type(c.store.value)
+    # All of x as one vector: the loop runs over its lanes.
+    fl.vec = VecState(n)
+    fl.vars[loop.loop_var] = Affine(fl._iarith("add", fl.scalar_index(loop.min), cg.I64(0), "int32"), 1)
+    x = fl.value(c.x)
+    while n > 1:
+        n //= 2
+        if n > 1:
+            fl.vec = VecState(n)
+            lower = b.shuffle_vector(x, x, _lanes(range(n)))
+            upper = b.shuffle_vector(x, x, _lanes(range(n, 2 * n)))
+        else:
+            fl.vec = None
+            lower, upper = (b.extract_element(x, cg.I32(k)) for k in (0, 1))
+        x = b.fadd(lower, upper) if op is Add else cg.call_intrinsic(b, _NAN_IGNORING[op], lower, upper)
+    fl.vars.pop(loop.loop_var)
+    tree = Var("tree", dtype)
+    fl.vars[tree] = x
+    acc = BufferLoad(c.store.buffer, c.store.indices)
+    fl.store(c.store.buffer, op(tree, acc) if c.store.value.a is c.x else op(acc, tree), c.store.indices)
+    fl.vars.pop(tree)
+
+
+def _lanes(ks) -> ir.Constant:
+    """A shufflevector mask selecting lanes ``ks``."""
+    ks = list(ks)
+    return ir.Constant(ir.VectorType(cg.I32, len(ks)), ks)

@@ -1,0 +1,103 @@
+"""The combine loop of an rfactor-ed row reduction (``codegen/tree_combine.py``): lowered as a
+tree of vector halves when it matches, with the same results as numpy (sum, max, min, either
+operand order, NaN and infinities), and left a serial loop when it does not."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kiln import codegen
+from kiln.codegen.tree_combine import match_combine
+from kiln.ir import FloatImm, For, Max, Min, Var
+from kiln.ir.functor import pre_order_visit
+from kiln.lower import lower_prim_func
+
+from cg_irbuild import buf, nest, prim_func, realize, store
+
+OPS = {
+    "sum": (lambda a, b: a + b, 0.0, np.sum),
+    "max": (lambda a, b: Max(a, b), float("-inf"), np.max),
+    "min": (lambda a, b: Min(a, b), float("inf"), np.min),
+}
+
+
+def combine(rows, lanes, op="sum", x_first=False, start=0):
+    """S[r] = reduce(op, R[r, start:lanes]) as a scheduled program writes a row reduction's
+    combine step (a block with an init and a reduce iterator bound to a serial loop), lowered
+    as a model's kernels are (``lower_prim_func``: the init before the loop, no blocks)."""
+    fn, identity, _ = OPS[op]
+    R, S = buf("R", (rows, lanes)), buf("S", (rows,))
+    r, k = Var("r"), Var("k")
+
+    def body(vr, vk):
+        return store(S, fn(R[vr, vk], S[vr]) if x_first else fn(S[vr], R[vr, vk]), vr)
+
+    blk = realize("S", [("S", rows, r), ("R", lanes - start, k + start if start else k)], body,
+                  init_fn=lambda vr, vk: store(S, FloatImm(identity), vr))
+    return lower_prim_func(prim_func([R, S], nest([(r, rows, "parallel"), (k, lanes - start, "serial")], blk)))
+
+
+def combine_loops(func):
+    """For each serial loop of ``func`` after lowering: whether it matches as a combine."""
+    found = []
+    pre_order_visit(func.body, lambda n: found.append(match_combine(n) is not None)
+                    if isinstance(n, For) and n.kind == "serial" else None)
+    return found
+
+
+@pytest.mark.parametrize("lanes", [4, 8, 16, 32, 64])
+@pytest.mark.parametrize("op", sorted(OPS))
+def test_tree_matches_numpy(check, op, lanes):
+    rows = 5
+    r = np.random.default_rng(lanes).standard_normal((rows, lanes)).astype("float32")
+    want = OPS[op][2](r, axis=1)
+    check(combine(rows, lanes, op), r, np.zeros(rows, "float32"), expected=[None, want],
+          rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("nan_at", [0, 5, 16, 31])
+@pytest.mark.parametrize("op", sorted(OPS))
+def test_special_values_as_the_serial_loop(check, op, nan_at):
+    """Rows holding +-inf, all-equal values, a NaN, all NaNs: the same as the evaluator's
+    serial loop (a sum is NaN; max and min skip the NaN, as the loop's selects do, and keep
+    their start value when every element is NaN)."""
+    r = np.random.default_rng(3).standard_normal((5, 32)).astype("float32")
+    r[0, 7] = np.inf
+    r[1, 30] = -np.inf
+    r[2, :] = 1.5
+    r[3, nan_at] = np.nan
+    r[4, :] = np.nan
+    out = check(combine(5, 32, op), r, np.zeros(5, "float32"))[1]
+    np.testing.assert_allclose(out[:3], OPS[op][2](r[:3], axis=1), rtol=1e-6)
+    if op == "sum":
+        assert np.isnan(out[3:]).all()
+    else:
+        assert out[3] == OPS[op][2](r[3][~np.isnan(r[3])]) and out[4] == OPS[op][1]
+
+
+def test_sum_with_the_partial_on_the_left(check):
+    """``S = x + S`` is matched too (an add commutes); ``S = max(x, S)`` is not (its selects
+    keep a NaN that lands in S, which a tree would not reproduce)."""
+    assert combine_loops(combine(3, 16, "sum", x_first=True)) == [True]
+    assert combine_loops(combine(3, 16, "max", x_first=True)) == [False]
+    r = np.random.default_rng(4).standard_normal((3, 16)).astype("float32")
+    check(combine(3, 16, "sum", x_first=True), r, np.zeros(3, "float32"),
+          expected=[None, r.sum(axis=1)], rtol=1e-6, atol=1e-6)
+
+
+def test_matched_loops_become_vector_halves():
+    """The 32-lane sum is matched and its LLVM IR combines vector halves (16, 8, 4, 2 lanes),
+    where a serial chain would have none."""
+    func = combine(8, 32)
+    assert combine_loops(func) == [True]
+    text = codegen.compile_module(func, "llvm -mcpu=skylake-avx512").llvm_ir()
+    assert "shufflevector" in text
+
+
+@pytest.mark.parametrize("lanes, start", [(12, 0), (128, 0), (2, 0), (32, 4)])
+def test_other_loops_stay_serial_and_correct(check, lanes, start):
+    """Not a power of two from 4 to 64, or not from 0: a serial loop, the same sums."""
+    func = combine(3, lanes, start=start)
+    assert combine_loops(func) == [False]
+    r = np.random.default_rng(lanes).standard_normal((3, lanes)).astype("float32")
+    check(func, r, np.zeros(3, "float32"), expected=[None, r[:, start:].sum(axis=1)], rtol=1e-5, atol=1e-6)
