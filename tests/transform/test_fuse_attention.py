@@ -381,10 +381,19 @@ def test_pass_takes_q_k_v_straight_from_the_projection(b, m, h, d):
 
 
 def test_pass_keeps_the_split_when_a_piece_is_used_elsewhere():
-    fused = fuse_attention()(_qkv_graph(1, 8, 2, 4, reuse_k=True))
+    """k's piece is also added into the result: the split stays for that add alone, and the
+    attention call still takes the projection's output whole, its columns in their order."""
+    mod = _qkv_graph(1, 8, 2, 4, reuse_k=True)
+    fused = fuse_attention(PassContext(cores=2))(mod)
     calls = {b.value.op: b.value for b in fused["main"].bindings() if hasattr(b.value, "op")}
-    assert "split" in calls and calls["attention"].attr("qkv", False) is False
-    assert calls["attention"].attr("heads") == 2
+    assert sorted(calls) == ["add", "attention", "split"]
+    att = calls["attention"]
+    assert att.attr("qkv") is True and att.attr("heads") == 2 and att.attr("groups") is None
+    x = np.random.default_rng(5).standard_normal((1, 8, 24)).astype("float32")
+    mask = np.triu(np.full((8, 8), -1e4, "float32"), 1).reshape(1, 1, 8, 8)
+    want = attention_reference(x, mask, scale=0.125, heads=2, qkv=True) + x[..., 8:16]
+    out = kiln.get_pipeline("default", target=AVX2)(mod)
+    np.testing.assert_allclose(run_vm(out, [x, mask]), want, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("shapes,attrs,match", [
@@ -468,6 +477,58 @@ def test_qkv_projection_grouped_for_two_cores(b, m, h, d, bias):
     vm = kiln.VirtualMachine(kiln.compile(out, target=AVX2), kiln.cpu())
     for got in outputs_at_threads(vm, [x, mask]):
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def _prefill_graph(b, m, h, d, seed=9):
+    """What ``kiln.nn.GPT``'s prefill writes: a constant QKV projection split into q, k, v, the
+    heads split out of each, the keys then transposed for the scores, and the heads of k and v
+    also returned (for the KV cache) beside the merged attention output."""
+    from kiln.ir import FunctionBuilder, TupleGetItem
+    rng = np.random.default_rng(seed)
+    w = (rng.standard_normal((h * d, 3 * h * d)) / np.sqrt(h * d)).astype("float32")
+    params = [typed("x", (b, m, h * d)), typed("mask", (1, 1, m, m))]
+    fb = FunctionBuilder(params)
+    with fb.dataflow():
+        def emit(op, *args, **attrs):
+            return fb.emit(ops.call(op, *args, **attrs))
+        t = emit("split", emit("matmul", params[0], Constant(w)), indices_or_sections=3, axis=-1)
+        q, k, v = (emit("permute_dims", emit("reshape", fb.emit(TupleGetItem(t, i)), shape=(b, m, h, d)),
+                        axes=(0, 2, 1, 3)) for i in range(3))
+        s = emit("matmul", q, emit("permute_dims", k, axes=(0, 1, 3, 2)))
+        s = emit("add", emit("multiply", s, Constant(np.array(0.125, "float32"))), params[1])
+        o = emit("matmul", emit("softmax", s, axis=-1), v)
+        y = emit("reshape", emit("permute_dims", o, axes=(0, 2, 1, 3)), shape=(b, m, h * d))
+        gv = fb.emit_output(kiln.ir.graph.Tuple((y, k, v)))
+    return kiln.IRModule({"main": fb.finish(gv)})
+
+
+@pytest.mark.parametrize("b,m,h,d", [(1, 16, 4, 64), (2, 5, 2, 8)])
+def test_heads_folded_when_the_kv_cache_also_takes_them(b, m, h, d):
+    """The heads of k and v also go out (to a KV cache): their copies stay for that, but the
+    attention call reads the projection's output whole (qkv=True; not grouped, as the copies
+    read its columns in order), and the transposed keys and the copies of q and of the output
+    go. Numbers at 1 and 2 threads as the unfused graph's."""
+    mod = _prefill_graph(b, m, h, d)
+    ctx = PassContext(target=AVX2, cores=2)
+    fused = fuse_attention(ctx)(mod)
+    calls = [bd.value for bd in fused["main"].bindings() if hasattr(bd.value, "op")]
+    att = next(c for c in calls if c.op == "attention")
+    assert att.attr("qkv") is True and att.attr("heads") == h and att.attr("groups", 1) == 1
+    assert [c.attr("axes") for c in calls if c.op == "permute_dims"] == [(0, 2, 1, 3)] * 2
+    assert [c.op for c in calls].count("reshape") == 2
+    rng = np.random.default_rng(10)
+    x = rng.standard_normal((b, m, h * d)).astype("float32")
+    mask = np.triu(np.full((m, m), -1e4, "float32"), 1).reshape(1, 1, m, m)
+    want = run_vm(kiln.get_pipeline("default", PassContext(target=AVX2, fuse_attention=False))(mod), [x, mask])
+    vm = kiln.VirtualMachine(kiln.compile(kiln.get_pipeline("default", ctx)(mod), target=AVX2), kiln.cpu())
+    for threads in (1, 2):
+        kiln.set_num_threads(threads)
+        try:
+            got = [o.numpy() for o in vm["main"](kiln.nd.array(x), kiln.nd.array(mask))]
+        finally:
+            kiln.set_num_threads(0)
+        for g, w_ in zip(got, want):
+            np.testing.assert_allclose(g, w_, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("cores,h,weight_input", [(1, 4, False), (2, 3, False), (2, 4, True)])

@@ -28,10 +28,13 @@ that too::
     y = R.attention(qf, kf, vf, mask, scale=0.125, heads=H)
 
 the heads stay packed in the last axis (``ops/attention.py``): no kernel copies them out and
-back (four copies a layer of a GPT-style decoder). Every one of those calls must have no
-other use. And when qf, kf and vf are the three equal pieces of one QKV projection's output,
-split along its last axis and used nowhere else, the call takes that output whole
-(``R.attention(qkv, mask, heads=H, qkv=True)``) and the split goes too.
+back (four copies a layer of a GPT-style decoder). The keys may also be split out as the
+values are and then transposed (``permute_dims(k, (0, 1, 3, 2))``, as ``kiln.nn`` writes
+them). A copy that something else also reads stays, for that reader alone: a prompt's keys
+and values split into heads for the KV cache (``kiln.nn.GPT``'s ``prefill``). And when qf, kf
+and vf are the three equal pieces of one QKV projection's output, split along its last axis,
+the call takes that output whole (``R.attention(qkv, mask, heads=H, qkv=True)``); the split
+goes too when nothing else reads it.
 
 On a target with several cores (``PassContext.cores`` = G dividing H), when that projection
 is ``matmul(x, W)`` (``+ b``) with W and b constant, its columns are permuted into G groups of
@@ -52,6 +55,7 @@ from ..ir.graph import Binding, Call, Constant, GraphExpr, GraphVar, TensorType,
 from ..ops import OpError
 from ..ops import call as op_call
 from ..ops.common import const_dim, dims_equal, same_shape
+from .dead_code_elimination import remove_dead_bindings
 from .graph_util import graph_functions, rewrite_function, use_counts, vars_in
 from .infra import Pass, PassContext, context
 
@@ -134,13 +138,29 @@ def _axes(call: Call) -> Optional[tuple]:
     return tuple(int(a) for a in axes) if axes is not None else None
 
 
-def _heads_of(e: GraphExpr, axes: tuple, defs, uses) -> Optional[Tuple[GraphExpr, int, list]]:
-    """For ``e`` = ``permute_dims(reshape(x, (B, R, H, W)), axes)`` with ``x`` (B, R, H*W),
-    both calls used once: (x, H, the two variables), else None."""
-    perm = _single_use(e, defs, uses, "permute_dims")
+def _call_of(e: GraphExpr, defs, op: str) -> Optional[Call]:
+    """The call of ``op`` that binds variable ``e`` (whatever its uses), else None."""
+    value = defs.get(e) if isinstance(e, GraphVar) else None
+    return value if isinstance(value, Call) and value.op == op else None
+
+
+def _heads_of(e: GraphExpr, axes: tuple, defs) -> Optional[Tuple[GraphExpr, int, list]]:
+    """For ``e`` = ``permute_dims(reshape(x, (B, R, H, W)), axes)`` with ``x`` (B, R, H*W), or,
+    for the keys (``axes`` (0, 2, 3, 1)), ``permute_dims(permute_dims(reshape(x, ...), (0, 2,
+    1, 3)), (0, 1, 3, 2))`` (the heads split out, then transposed): (x, H, the variables in
+    between), else None. They may have other uses (a KV cache written from the split heads):
+    those keep their copies, and the attention call reads ``x``."""
+    perm = _call_of(e, defs, "permute_dims")
+    if perm is None:
+        return None
+    chain = [e]
+    if axes == (0, 2, 3, 1) and _axes(perm) == (0, 1, 3, 2):
+        chain.append(perm.args[0])
+        perm = _call_of(perm.args[0], defs, "permute_dims")
+        axes = (0, 2, 1, 3)
     if perm is None or _axes(perm) != axes:
         return None
-    reshape = _single_use(perm.args[0], defs, uses, "reshape")
+    reshape = _call_of(perm.args[0], defs, "reshape")
     if reshape is None:
         return None
     x = reshape.args[0]
@@ -151,7 +171,7 @@ def _heads_of(e: GraphExpr, axes: tuple, defs, uses) -> Optional[Tuple[GraphExpr
     if h is None or w is None or const_dim(three[2]) != h * w or \
             not all(dims_equal(a, b) is True for a, b in zip(three[:2], four[:2])):
         return None
-    return x, h, [e, perm.args[0]]
+    return x, h, chain + [perm.args[0]]
 
 
 def _merged_output(var: GraphVar, users, uses) -> Optional[Tuple[GraphVar, list]]:
@@ -176,15 +196,15 @@ def _merged_output(var: GraphVar, users, uses) -> Optional[Tuple[GraphVar, list]
     return merge.var, [var, perm.var]
 
 
-def _qkv_split(inputs, defs, uses) -> Optional[Tuple[GraphExpr, list]]:
-    """For q, k, v = ``t[0], t[1], t[2]`` of ``t = split(x, 3, axis=-1)`` used only by them:
-    (x, the variables of t, q, k and v), else None."""
-    items = [defs.get(v) if isinstance(v, GraphVar) and uses[v] == 1 else None for v in inputs]
+def _qkv_split(inputs, defs) -> Optional[Tuple[GraphExpr, list]]:
+    """For q, k, v = ``t[0], t[1], t[2]`` of ``t = split(x, 3, axis=-1)``: (x, the variables of
+    t, q, k and v), else None."""
+    items = [defs.get(v) if isinstance(v, GraphVar) else None for v in inputs]
     if not all(isinstance(it, TupleGetItem) for it in items) or \
             [it.index for it in items] != [0, 1, 2]:
         return None
     t = items[0].tuple_value
-    if not all(it.tuple_value is t for it in items) or uses[t] != 3:
+    if not all(it.tuple_value is t for it in items):
         return None
     split = defs.get(t)
     if not isinstance(split, Call) or split.op != "split" or len(split.ty.fields) != 3:
@@ -249,19 +269,25 @@ def fold_heads(var: GraphVar, args: tuple, attrs: dict, defs, uses, users, cores
     """The attention call ``var = attention(*args, **attrs)`` with its heads split out of and
     merged back into packed projections (module docstring) as one call with ``heads=H``:
     (the variable that now binds it, the call, the variables it replaces, the projection's
-    bindings rewritten for ``groups=cores``), else None."""
+    bindings rewritten for ``groups=cores``), else None. The copies of the heads stay in the
+    graph: ``fuse_attention`` drops those that nothing else reads (``dead_code_elimination``)
+    and keeps those that something does (a KV cache written from the split heads)."""
     if len(args[0].ty.shape) != 4:
         return None
-    found = [_heads_of(a, axes, defs, uses) for a, axes in
+    found = [_heads_of(a, axes, defs) for a, axes in
              zip(args[:3], ((0, 2, 1, 3), (0, 2, 3, 1), (0, 2, 1, 3)))]
     out = _merged_output(var, users, uses)
     if out is None or any(f is None for f in found) or len({f[1] for f in found}) != 1:
         return None
     inputs = [f[0] for f in found]
-    packed = _qkv_split(inputs, defs, uses)
+    packed = _qkv_split(inputs, defs)
     heads = found[0][1]
+    # The projection's columns may be put in another order (groups) only when nothing but
+    # this attention reads them: every variable from the split to here used once.
+    alone = packed is not None and uses[packed[1][0]] == 3 and \
+        all(uses[v] == 1 for v in packed[1][1:] + [v for f in found for v in f[2]])
     grouped: Dict[GraphVar, Call] = {}
-    if packed is not None and cores > 1 and heads % cores == 0:
+    if alone and cores > 1 and heads % cores == 0:
         grouped = _grouped_projection(packed[0], defs, uses, heads, cores) or {}
     try:
         if packed is not None:
@@ -272,11 +298,9 @@ def fold_heads(var: GraphVar, args: tuple, attrs: dict, defs, uses, users, cores
     except OpError:
         return None
     target, dropped = out
-    if packed is not None:
-        dropped = dropped + packed[1]
     if not same_shape(call.ty.shape, defs[target].ty.shape):
         return None
-    return target, call, dropped + [v for f in found for v in f[2]], grouped
+    return target, call, dropped, grouped
 
 
 def fuse_attention(ctx: Optional[PassContext] = None) -> Pass:
@@ -321,6 +345,6 @@ def fuse_attention(ctx: Optional[PassContext] = None) -> Pass:
                 if b.var in dropped:
                     return
                 em.emit(Binding(b.var, fused[b.var]) if b.var in fused else b)
-            out = out.with_function(name, rewrite_function(func, visit))
+            out = out.with_function(name, remove_dead_bindings(rewrite_function(func, visit)))
         return out
     return Pass("fuse_attention", run)
