@@ -152,7 +152,8 @@ def schedule_spatial(sch: Schedule, name: str, ctx: PassContext,
     """Vectorize the innermost loop (codegen strip-mines it into target-width vectors, and its
     loads stay contiguous), fuse the outer loops into one parallel loop when the kernel is big
     enough. A short innermost loop is fused with the rest and split into vector chunks
-    instead; a single loop is split into parallel chunks. Returns a short description.
+    instead; a symbolic one is split into vectors, the last one guarded; a single loop is split
+    into parallel chunks. Returns a short description.
     Decisions (named after the block): ``<block>.chunk`` (the vector chunk of a fused loop)
     and ``<block>.parallel``."""
     decide = decide if decide is not None else Decisions()
@@ -169,6 +170,14 @@ def schedule_spatial(sch: Schedule, name: str, ctx: PassContext,
         outer = sch.fuse(*loops[:-1]) if len(loops) > 2 else loops[0]
         sch.vectorize(loops[-1])
         parts.append(f"vectorize {inner_ext}")
+    elif len(loops) > 1 and inner_ext is None:
+        # A symbolic innermost extent stays innermost, in vectors with a guarded last one:
+        # fused with the rest, every lane would find its indices by dividing by it (a
+        # transpose to (1, 4, 64, n): 116 us for n = 128, 3.5 ns an element).
+        outer = sch.fuse(*loops[:-1]) if len(loops) > 2 else loops[0]
+        _, inner = sch.split(loops[-1], [None, ctx.vector_lanes])
+        sch.vectorize(inner)
+        parts.append(f"vectorize {ctx.vector_lanes} of {info.loops[-1].extent}")
     else:
         fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
         chunk = ctx.vector_lanes * (16 if big else 1)
