@@ -46,7 +46,15 @@ def test_symbolic_tile_loop_splits_into_head_and_guarded_tail():
     assert tail.count("if i_0_t * 4 + i_1 < n:") == 1 and tail.count("if i_0_t * 4 + i_1_init < n:") == 1
 
 
-@pytest.mark.parametrize("n", [1, 3, 4, 5, 8, 11])
+def test_a_tail_storing_past_its_guards_is_left_guarded():
+    """RowSums's tail stores into B, not into a scratch buffer of its own: it keeps every guard
+    (only the ``R >= 1`` around it is new); a constant extent gets no such wrapper at all."""
+    tail = lower_prim_func(RowSums["main"]).script().split("for i_0_t in")[1]
+    assert "if n - i_0_t * 4 >= 1:" in tail and "if i_0_t * 4 + i_1 < n:" in tail
+    assert ">=" not in lower_prim_func(TileOfRowsAndColumns["main"]).script()
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 6, 7, 8, 11])
 def test_partitioned_loops_compute_the_same(n):
     rt = kiln.build(RowSums, target="llvm")
     a = np.random.default_rng(n).standard_normal((n, 8)).astype("float32")

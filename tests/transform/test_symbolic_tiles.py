@@ -31,7 +31,21 @@ def test_symbolic_rows_get_the_register_tile(dense_relu):
     assert dict(kernel.attrs)["kiln.schedule"].startswith("matmul: tile 6x16")
 
 
-@pytest.mark.parametrize("rows", [1, 3, 4, 5, 64, 67])
+def test_symbolic_rows_tail_tile_runs_unguarded(dense_relu):
+    """The last tile (rows left R = n - 6 i_0_t, 1 to 5) accumulates all 6 rows without guards,
+    the rows past R reading row R - 1, and only its write-back is guarded: its accumulators
+    stay in registers (``lower/loop_partition.py``)."""
+    from kiln.lower import lower_prim_func
+    mod = dense_relu[0]
+    (kernel,) = [f for name, f in mod.functions.items() if name.startswith("fused_matmul")]
+    tail = lower_prim_func(kernel).script().split("_t in T.serial(")[1]
+    update = next(line for line in tail.splitlines() if "_local[" in line and " + x[" in line)
+    assert "T.min(" in update
+    guarded = [line for line in tail.splitlines() if line.strip().startswith("if ")]
+    assert len(guarded) == 2 and ">=" in guarded[0] and "< n" in guarded[1]
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 4, 5, 6, 7, 8, 12, 64, 67])
 def test_symbolic_rows_compute_the_same(dense_relu, rows):
     _, vm, w, b = dense_relu
     x = np.random.default_rng(rows).standard_normal((rows, 96)).astype("float32")

@@ -16,14 +16,24 @@ loop splits in two, the first part without the guards::
 A guard qualifies when it is a conjunction of ``lhs < rhs`` whose difference grows by a
 positive constant ``s`` per iteration of the loop: with ``r`` the rest of ``lhs - rhs`` and
 ``hi`` its upper bound over the inner loops, it holds for every ``v < (s - 1 - hi) // s``.
+
+When the extent is symbolic, the tail's guards on a scratch buffer (a register tile's
+accumulators) go too (``_clamped``): with ``R = n - i_0_t * 4`` rows left, the tile computes all
+its rows, those past ``R`` from row ``R - 1``'s inputs (``A[i_0_t * 4 + min(i_1, R - 1), k]``,
+so every read stays in bounds), and only the stores out of the scratch keep their guards. The
+tile then keeps its accumulators in registers; a guarded one does not (a 16-token prompt's
+matmuls, 6-row tiles: the 4-row tail took 2.7 times a full tile with its guards, and one tile
+without them). The tail is wrapped in ``if R >= 1`` (its loop's range implies it, which the
+analyzer cannot show): below that, the guards would skip every store.
 """
 from __future__ import annotations
 
 from typing import List, Optional
 
 from ..arith import Analyzer
-from ..ir import (And, BlockRealize, For, IfThenElse, IntImm, LT, Max, Min, PrimExpr, Range, SeqStmt,
-                  Stmt, Var, collect, substitute, transform)
+from ..ir import (GE, And, Block, BlockRealize, BufferLoad, BufferStore, Evaluate, For, IfThenElse,
+                  IntImm, LT, Max, Min, PrimExpr, Range, SeqStmt, Stmt, Var, collect, substitute,
+                  transform)
 from ..ir.expr import is_const_int
 from ..schedule.regions import bound, free_of, loop_ranges
 
@@ -68,7 +78,8 @@ def _holds_below(cond: PrimExpr, v: Var, inner: List[For], ana: Analyzer):
 
 
 def _guards(body: Stmt, v: Var, ana: Analyzer):
-    """(IfThenElse, P, the conjuncts that stay) for each qualifying guard under ``body``."""
+    """(IfThenElse, P, the conjuncts that stay, the loops between ``body`` and it) for each
+    qualifying guard under ``body``."""
     found = []
 
     def rec(s, inner):
@@ -82,7 +93,7 @@ def _guards(body: Stmt, v: Var, ana: Analyzer):
         elif isinstance(s, IfThenElse):
             p = _holds_below(s.condition, v, inner, ana) if s.else_case is None else None
             if p is not None:
-                found.append((s, p[0], p[1]))
+                found.append((s, p[0], p[1], inner))
             else:
                 rec(s.then_case, inner)
                 if s.else_case is not None:
@@ -111,12 +122,12 @@ def _partition(loop: For, sizes: List[Var]) -> Optional[Stmt]:
         return None
     zero = IntImm(0, v.dtype)
     split = guards[0][1]
-    for _, p, _ in guards[1:]:
+    for _, p, _, _ in guards[1:]:
         split = Min(split, p)
     split = ana.simplify(Max(Min(split, loop.extent), zero))
     if is_const_int(split, 0):
         return None
-    kept = {id(g): rest for g, _, rest in guards}
+    kept = {id(g): rest for g, _, rest, _ in guards}
 
     def drop(n):
         # In the head, a guard loses the conjuncts on this loop; the others stay.
@@ -135,16 +146,113 @@ def _partition(loop: For, sizes: List[Var]) -> Optional[Stmt]:
         # for, not a head loop and a tail loop: each parallel loop is a fork-join, and a tail of
         # a few tasks would run on one thread while the others wait.
         return For(v, loop.min, loop.extent, loop.kind,
-                   IfThenElse(LT(v, split), head_body, loop.body), loop.thread_binding,
-                   loop.annotations)
+                   IfThenElse(LT(v, split), head_body, _clamped(loop.body, v, guards, ana, sizes)),
+                   loop.thread_binding, loop.annotations)
     head = For(v, zero, split, loop.kind, head_body, loop.thread_binding, loop.annotations)
     rest = ana.simplify(loop.extent - split)
     if is_const_int(rest, 0):
         return head
     tv = Var(f"{v.name}_t", v.dtype)
-    tail = For(tv, split, rest, loop.kind, substitute(loop.body, {v: tv}), loop.thread_binding,
-               loop.annotations)
+    tail = For(tv, split, rest, loop.kind, substitute(_clamped(loop.body, v, guards, ana, sizes), {v: tv}),
+               loop.thread_binding, loop.annotations)
     return SeqStmt((head, tail))
+
+
+def _rows_left(cond: PrimExpr, v: Var, inner: List[For], ana: Analyzer):
+    """For a guard whose conjuncts on ``v`` each read ``s * v + u + off < 0``, with ``u`` the
+    variable of one of the ``inner`` loops (from 0, of extent ``s``) and ``off`` free of them:
+    (R, the conjuncts, each one's ``u`` or None if it is not on ``v``), where ``R = -off - s *
+    v`` is the same for every conjunct (the rows left: the guard is ``u < R``); else None."""
+    loops = {f.loop_var: f for f in inner}
+    conjuncts = _conjuncts(cond)
+    left, us = None, []
+    for c in conjuncts:
+        if free_of(c, [v]):
+            us.append(None)
+            continue
+        d = ana.simplify(c.a - c.b)
+        s = ana.simplify(substitute(d, {v: v + 1}) - d)
+        rest = ana.simplify(d - s * v)
+        used = [x for x in loops if not free_of(rest, [x])]
+        if not isinstance(s, IntImm) or len(used) != 1:
+            return None
+        u = used[0]
+        off = ana.simplify(rest - u)
+        r = ana.simplify(IntImm(0, v.dtype) - off - s * v)
+        f = loops[u]
+        if not free_of(off, list(loops)) or not is_const_int(f.min, 0) or \
+                not is_const_int(f.extent, s.value):
+            return None
+        if left is not None and not is_const_int(ana.simplify(r - left), 0):
+            return None
+        left = r
+        us.append(u)
+    return left, conjuncts, us
+
+
+def _clamped(body: Stmt, v: Var, guards, ana: Analyzer, sizes: List[Var]) -> Stmt:
+    """The tail's ``body`` with its scratch rows computed unguarded (module docstring), or as it
+    is when its guards do not all count the same rows left ``R``, that count does not depend on
+    a symbolic size (then the guards fold), or something is stored outside the guards."""
+    forms = {}
+    for g, _, _, inner in guards:
+        form = _rows_left(g.condition, v, inner, ana)
+        if form is None:
+            return body
+        forms[id(g)] = form
+    left = next(iter(forms.values()))[0]
+    if free_of(left, sizes) or \
+            any(not is_const_int(ana.simplify(f[0] - left), 0) for f in forms.values()):
+        return body
+    scratch, unguarded = set(), []
+
+    def scan(n, guarded):
+        if isinstance(n, IfThenElse) and id(n) in forms:
+            guarded = True
+        elif isinstance(n, Block):
+            scratch.update(n.alloc_buffers)
+        elif isinstance(n, (BufferStore, Evaluate)) and not guarded:
+            unguarded.append(n)
+        for child in _children(n):
+            scan(child, guarded)
+    scan(body, False)
+    if unguarded:
+        return body     # it would run for R < 1, where the guards stop everything else
+
+    last = ana.simplify(left - IntImm(1, left.dtype))
+
+    def pre(n):
+        form = forms.get(id(n)) if isinstance(n, IfThenElse) else None
+        store = n.then_case if form is not None else None
+        if not isinstance(store, BufferStore) or store.buffer not in scratch:
+            return None
+        _, conjuncts, us = form
+        rows = {u: Min(u, last) for u in us if u is not None}
+
+        def clamp(x):
+            if isinstance(x, BufferLoad) and x.buffer not in scratch:
+                return BufferLoad(x.buffer, tuple(substitute(i, rows) for i in x.indices))
+            return None
+        out = BufferStore(store.buffer, transform(store.value, clamp), store.indices)
+        rest = [c for c, u in zip(conjuncts, us) if u is None]
+        for c in rest:
+            out = IfThenElse(c, out, None)
+        return out
+    return IfThenElse(GE(left, IntImm(1, left.dtype)), transform(body, lambda n: None, pre=pre), None)
+
+
+def _children(n):
+    if isinstance(n, For):
+        return [n.body]
+    if isinstance(n, SeqStmt):
+        return list(n.seq)
+    if isinstance(n, IfThenElse):
+        return [n.then_case] + ([n.else_case] if n.else_case is not None else [])
+    if isinstance(n, BlockRealize):
+        return [n.block]
+    if isinstance(n, Block):
+        return [n.body] + ([n.init] if n.init is not None else [])
+    return []
 
 
 def partition_loops(func):
