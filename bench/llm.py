@@ -1,8 +1,8 @@
 """Language-model latency: Kiln's nn.GPT (prefill / decode over an in-place KV cache) against
 onnxruntime running the same weights exported from PyTorch with past key/values, and against
-PyTorch eager, all in one process on one thread.
+PyTorch eager, all in one process on one thread (or ``--threads N``, each of the three).
 
-    .venv/bin/python bench/llm.py [--rounds 7] [--calls 10] [--layers 4 --width 256]
+    .venv/bin/python bench/llm.py [--rounds 7] [--calls 10] [--layers 4 --width 256] [--threads 2]
 
 Measures prefill of 16 and 128 tokens and one decode step (one token; the cache holds its
 length, which is set back before each timed call) at contexts 16, 128 and 512. Each
@@ -42,8 +42,8 @@ def build(args):
     from kiln import nn
     from gpt2_reference import GPT2, export_decode_step
 
-    torch.set_num_threads(1)
-    kiln.set_num_threads(1)
+    torch.set_num_threads(args.threads)
+    kiln.set_num_threads(args.threads)
     ref = GPT2(vocab=args.vocab, d=args.width, heads=args.heads, layers=args.layers, ctx=args.ctx).eval()
     model = nn.GPT(vocab_size=args.vocab, n_positions=args.ctx, n_embd=args.width, n_layer=args.layers,
                    n_head=args.heads)
@@ -57,7 +57,7 @@ def build(args):
     path = os.path.join(tempfile.mkdtemp(), "decode.onnx")
     export_decode_step(ref, path)
     so = ort.SessionOptions()
-    so.intra_op_num_threads, so.inter_op_num_threads = 1, 1
+    so.intra_op_num_threads, so.inter_op_num_threads = args.threads, 1
     sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
     return ref, vm, sess, compile_s
 
@@ -139,11 +139,12 @@ def main():
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--vocab", type=int, default=2048)
     p.add_argument("--ctx", type=int, default=640)
+    p.add_argument("--threads", type=int, default=1, help="threads of each of the three")
     args = p.parse_args()
     ref, vm, sess, compile_s = build(args)
     rows = cases(ref, vm, sess, args)
     print(f"GPT-2 layout, {args.layers} layers, width {args.width}, {args.heads} heads, vocabulary {args.vocab}, "
-          f"KV cache {args.ctx}; 1 thread; Kiln compile {compile_s:.1f} s")
+          f"KV cache {args.ctx}; {args.threads} thread(s); Kiln compile {compile_s:.1f} s")
     print(f"CPU: {_cpu()}; load average before: {os.getloadavg()[0]:.2f}")
     print("| case | Kiln ms | onnxruntime ms | PyTorch ms | Kiln / ort | Kiln / torch |")
     print("|---|---|---|---|---|---|")

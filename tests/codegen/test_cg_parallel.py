@@ -98,3 +98,28 @@ def test_parallel_outer_vectorized_inner_against_evaluator(check):
     a = np.random.default_rng(1).random(n).astype("float32")
     for ctx in (None, serial_ctx(5), threaded_ctx(2)):
         check(func, a, np.zeros(n, "float32"), ctx=ctx, expected=[None, a * a - 1])
+
+
+@pytest.fixture(scope="module")
+def least_lib(build):
+    """scale_kernel's loop with ``kiln.parallel_min_extent`` 8."""
+    from kiln.ir import For, PARALLEL_MIN_EXTENT, PrimFunc, transform
+    func = scale_kernel()
+
+    def annotate(n):
+        if isinstance(n, For) and n.kind == "parallel":
+            return For(n.loop_var, n.min, n.extent, n.kind, n.body, None, ((PARALLEL_MIN_EXTENT, 8),))
+        return None
+    return build(PrimFunc(func.params, transform(func.body, annotate), func.attrs))
+
+
+@pytest.mark.parametrize("n, launches", [(0, []), (1, []), (7, []), (8, [4]), (1000, [4])])
+def test_a_parallel_loop_shorter_than_its_least_extent_runs_on_the_caller(least_lib, n, launches):
+    """Below 8 iterations the loop runs as one task on the calling thread: the pool's launch is
+    not called; from 8 on it is, with a task per thread."""
+    ctx = serial_ctx(4)
+    a = np.random.default_rng(n).random(n).astype("float32")
+    b = np.full(n, np.nan, "float32")
+    assert least_lib.call("main", a, b, ctx=ctx) == 0
+    np.testing.assert_allclose(b, a * 2 + np.arange(n), rtol=1e-6)
+    assert ctx.launches == launches

@@ -743,3 +743,31 @@ def test_trace_replays_on_te_module_and_copy_starts_fresh():
     ]
     assert len(sch.copy().trace) == 0
     check_all(mod, sch)
+
+
+@kiln.script.ir_module
+class SymbolicParallelAtLeast64:
+    @T.prim_func
+    def main(A: T.Buffer((n,), "float32"), B: T.Buffer((n,), "float32")):
+        n = T.int32()
+        for i in T.parallel(n, annotations={"kiln.parallel_min_extent": 64}):
+            with T.block("B"):
+                vi = T.axis.spatial(n, i)
+                B[vi] = A[vi] + 1.0
+
+
+def test_parallel_with_a_least_extent():
+    """``parallel(loop, min_extent=64)``: the loop is annotated (codegen runs fewer iterations
+    on the calling thread); it prints, parses back and replays."""
+    sch = kiln.Schedule(Symbolic)
+    (i,) = sch.get_loops(sch.get_block("B"))
+    sch.parallel(i, min_extent=64)
+    check_all(Symbolic, sch, SymbolicParallelAtLeast64, sizes={"n": 5})
+
+
+@pytest.mark.parametrize("bad", [0, -3, 2.5, True, "64"])
+def test_parallel_least_extent_must_be_a_positive_int(bad):
+    sch = kiln.Schedule(Symbolic)
+    (i,) = sch.get_loops(sch.get_block("B"))
+    with pytest.raises(ScheduleError, match="min_extent must be a positive int"):
+        sch.parallel(i, min_extent=bad)

@@ -26,9 +26,12 @@ def dense_relu():
 
 
 def test_symbolic_rows_get_the_register_tile(dense_relu):
+    """6 x 16 tiles; in parallel (a symbolic row count counts as many rows, not one), over the
+    column blocks only (the row loop, fused in, would lose its peeled last tile)."""
     mod = dense_relu[0]
     (kernel,) = [f for name, f in mod.functions.items() if name.startswith("fused_matmul")]
-    assert dict(kernel.attrs)["kiln.schedule"].startswith("matmul: tile 6x16")
+    assert dict(kernel.attrs)["kiln.schedule"] == "matmul: tile 6x16, epilogue inlined, packed weight, parallel"
+    assert "parallel=1" in dict(kernel.attrs)["kiln.decisions"]
 
 
 def test_symbolic_rows_tail_tile_runs_unguarded(dense_relu):
@@ -78,3 +81,31 @@ def test_symbolic_innermost_axis_computes_the_same(keys_transposed, n):
     x = np.random.default_rng(n).standard_normal((1, 4, n, 8)).astype("float32")
     got = keys_transposed[1]["main"](kiln.nd.array(x)).numpy()
     np.testing.assert_array_equal(got, x.transpose(0, 1, 3, 2))
+
+
+def test_symbolic_rows_run_on_one_thread_while_they_are_few():
+    """A layer norm over (n, 256): its rows run in parallel only from
+    ceil(parallel_min_elements / 256) of them on (``parallel_by_work``), and it computes the
+    same on either side of that (at 2 threads)."""
+    from kiln.lower import lower_prim_func
+    n = Var("n", "int64")
+    rng = np.random.default_rng(3)
+    g, b = rng.standard_normal(256).astype("float32"), rng.standard_normal(256).astype("float32")
+    x = GraphVar("x", TensorType((n, 256), "float32"))
+    fb = FunctionBuilder([x])
+    with fb.dataflow():
+        gv = fb.emit_output(ops.call("layer_norm", x, Constant(g), Constant(b), axes=(-1,)))
+    mod = kiln.get_pipeline("default", AVX2_CTX)(IRModule({"main": fb.finish(gv)}))
+    (kernel,) = [f for name, f in mod.functions.items() if name.startswith("layer_norm")]
+    least = -(-AVX2_CTX.parallel_min_elements // 256)
+    assert f'annotations={{"kiln.parallel_min_extent": {least}}}' in lower_prim_func(kernel).script()
+    vm = kiln.VirtualMachine(kiln.compile(mod, target=AVX2), kiln.cpu())
+    kiln.set_num_threads(2)
+    try:
+        for rows in (3, least - 1, least, 2 * least + 5):
+            a = rng.standard_normal((rows, 256)).astype("float32")
+            got = vm["main"](kiln.nd.array(a)).numpy()
+            mean, var = a.mean(-1, keepdims=True), a.var(-1, keepdims=True)
+            np.testing.assert_allclose(got, (a - mean) / np.sqrt(var + 1e-5) * g + b, rtol=1e-4, atol=1e-4)
+    finally:
+        kiln.set_num_threads(0)

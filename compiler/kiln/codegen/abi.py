@@ -211,9 +211,10 @@ def _to_held(b, v, dtype):
     return b.sext(v, want) if v.type != want else v
 
 
-def launch_parallel(fl, name: str, impl: ir.Function, lo, ext, captured: list):
+def launch_parallel(fl, name: str, impl: ir.Function, lo, ext, captured: list, least=None):
     """Emit the task function for an outlined loop body ``impl(ctx, begin, end, captured...)``
-    and the code that runs it; returns the i32 status."""
+    and the code that runs it; returns the i32 status. With ``least`` (an i64), an extent
+    below it runs as one task on the calling thread, as it does without a thread pool."""
     b, mctx = fl.b, fl.m
     closure_ty = ir.LiteralStructType([cg.I64, cg.I64] + [v.type for v in captured])
     closure = cg.entry_alloca(b, closure_ty, name="closure")
@@ -234,7 +235,10 @@ def launch_parallel(fl, name: str, impl: ir.Function, lo, ext, captured: list):
     b.store(cg.I32(0), slot)
     with b.if_then(b.icmp_signed(">", ext, cg.I64(0))):
         ctx = fl.ctx
-        with b.if_else(b.icmp_unsigned("==", ctx, ir.Constant(cg.PTR, None))) as (serial, pooled):
+        alone = b.icmp_unsigned("==", ctx, ir.Constant(cg.PTR, None))
+        if least is not None:
+            alone = b.or_(alone, b.icmp_signed("<", ext, least))
+        with b.if_else(alone) as (serial, pooled):
             with serial:
                 b.store(b.call(task, [cg.I64(0), cg.I64(1), closure]), slot)
             with pooled:

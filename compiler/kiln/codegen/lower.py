@@ -25,8 +25,8 @@ from llvmlite import ir
 from ..ir import dtype as dt
 from ..ir.expr import Buffer, BufferLoad, Var
 from ..ir.functor import pre_order_visit
-from ..ir.stmt import (Block, BlockRealize, BufferRegion, BufferStore, Evaluate, For, IfThenElse,
-                       SeqStmt)
+from ..ir.stmt import (PARALLEL_MIN_EXTENT, Block, BlockRealize, BufferRegion, BufferStore, Evaluate,
+                       For, IfThenElse, SeqStmt)
 from . import cgutils as cg
 from .abi import launch_parallel
 from .errors import CodegenError
@@ -382,7 +382,9 @@ class FuncLowerer(ExprLowerer):
             sub.stmt(s.body)
         sub.finish()
         captured = [self.ctx] + [self.bufs[b].ptr for b in bufs] + [self.vars[v] for v in cap_vars]
-        status = launch_parallel(self, impl_name, impl, lo, ext, captured)
+        least = dict(s.annotations).get(PARALLEL_MIN_EXTENT)
+        status = launch_parallel(self, impl_name, impl, lo, ext, captured,
+                                 None if least is None else cg.I64(least))
         self.fail_if_nonzero(status)
 
 

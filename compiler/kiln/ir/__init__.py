@@ -8,7 +8,7 @@ from .expr import (Add, And, Buffer, BufferLoad, Call, Cast, CmpOp, BinaryOp, Di
                    FloorDiv, FloorMod, GE, GT, INTRINSICS, IntImm, LE, LT, Max, Min, Mul, NE, Node,
                    Not, Or, PrimExpr, Range, Select, Sub, Var, const, convert, is_const_int)
 from .stmt import (Block, BlockRealize, BufferRegion, BufferStore, Evaluate, For, FOR_KINDS,
-                   IfThenElse, IterVar, SeqStmt, Stmt, THREAD_TAGS, seq)
+                   IfThenElse, IterVar, PARALLEL_MIN_EXTENT, SeqStmt, Stmt, THREAD_TAGS, seq)
 from .function import IRModule, PrimFunc, root_realize
 from .structural import assert_structural_equal, structural_equal, structural_hash
 from .functor import (children, collect, post_order_visit, pre_order_visit, replace_stmts,

@@ -59,12 +59,17 @@ def seq(*stmts: Stmt) -> Stmt:
     return flat[0] if len(flat) == 1 else SeqStmt(tuple(flat))
 
 
+# A parallel loop with fewer iterations than this annotation runs on the calling thread.
+PARALLEL_MIN_EXTENT = "kiln.parallel_min_extent"
+
+
 @dataclass(frozen=True, eq=False, repr=False)
 class For(Stmt):
     """``for loop_var in range(min, min + extent)``, run as ``kind`` says.
 
     ``thread_binding`` names a GPU thread axis (``"threadIdx.x"``) when kind is "thread_binding".
-    ``annotations`` is a tuple of ``(key, value)`` pairs, sorted by key.
+    ``annotations`` is a tuple of ``(key, value)`` pairs, sorted by key; ``PARALLEL_MIN_EXTENT``
+    (an int) on a parallel loop: run it on the calling thread when it has fewer iterations.
     """
     loop_var: Var
     min: PrimExpr

@@ -18,7 +18,7 @@ import numbers
 import operator
 from typing import Dict, List, Mapping, Optional, Sequence
 
-from ..ir import (And, Block, BlockRealize, For, IfThenElse, IntImm, PrimExpr,
+from ..ir import (And, Block, BlockRealize, For, IfThenElse, IntImm, PARALLEL_MIN_EXTENT, PrimExpr,
                   Range, SeqStmt, Stmt, THREAD_TAGS, Var, const, is_const_int, substitute, uses_var)
 from ..arith import simplify
 from .state import LoopRV, ScheduleError, ScheduleState, traced
@@ -378,8 +378,12 @@ class LoopPrimitives:
         self._replace(outer, body)
 
     @traced
-    def parallel(self: ScheduleState, loop: LoopRV) -> None:
-        """Run the iterations of ``loop`` in parallel on CPU threads.
+    def parallel(self: ScheduleState, loop: LoopRV, min_extent: Optional[int] = None) -> None:
+        """Run the iterations of ``loop`` in parallel on CPU threads; with ``min_extent``, only
+        when the loop has at least that many iterations when it runs (a symbolic extent that
+        is small at run time, a 16-token prompt's rows, runs on the calling thread: the work
+        would not pay for the other threads). It is the loop annotation
+        ``kiln.parallel_min_extent``.
 
         Before ``parallel(i)``::
 
@@ -397,9 +401,17 @@ class LoopPrimitives:
 
         Raises ``ScheduleError`` if the loop carries a reduction (its variable appears in the
         binding of a reduction iterator of a block under it): its iterations are not
-        independent.
+        independent; or if ``min_extent`` is not a positive int.
         """
+        if min_extent is not None and (not isinstance(min_extent, int) or isinstance(min_extent, bool)
+                                       or min_extent < 1):
+            raise ScheduleError(f"parallel: min_extent must be a positive int, got {min_extent!r}")
         self._set_kind(loop, "parallel", "parallelize")
+        if min_extent is not None:
+            f, _ = self._loop(loop)
+            notes = dict(f.annotations)
+            notes[PARALLEL_MIN_EXTENT] = min_extent
+            self._replace(f, dataclasses.replace(f, annotations=tuple(notes.items())))
 
     @traced
     def vectorize(self: ScheduleState, loop: LoopRV) -> None:

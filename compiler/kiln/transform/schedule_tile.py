@@ -414,8 +414,10 @@ def schedule_contraction(sch: Schedule, c: Contraction, ctx: PassContext, kind: 
     if c.packed:
         parts.append("packed weight")
 
-    # Parallel over the outer loops but the innermost (where the tile is written back).
-    work = math.prod(e for e in extents if e is not None)
+    # Parallel over the outer loops but the innermost (where the tile is written back). A
+    # symbolic extent (a prompt's tokens) counts as long, as it does for the tile's rows: a
+    # 16-token prompt's QKV projection (16 x 256 x 768) ran on one thread when it counted 1.
+    work = math.prod(e if e is not None else ctx.parallel_min_elements * 16 for e in extents)
     if outer:
         # Outer loops but the last (where the tile is written back) run in parallel; when
         # they hold fewer iterations than twice the cores (a one-row matvec: its row loop has
@@ -423,7 +425,10 @@ def schedule_contraction(sch: Schedule, c: Contraction, ctx: PassContext, kind: 
         exts = [static_extent(f) for f in find(sch.func, info.name).loops[:len(outer)]]
         depth = len(outer[:-1] or outer[:1])
         tasks = math.prod(e if e is not None else 1 << 20 for e in exts[:depth])
-        if tasks < 2 * ctx.cores:
+        # (Not a symbolic last loop: fused with the others, its tile loop would be found by a
+        # modulo, and lowering could not peel its guarded last tile off: the rows unrolled up to
+        # a run-time bound, the accumulators in memory.)
+        if tasks < 2 * ctx.cores and exts[-1] is not None:
             depth = len(outer)
         default = depth if work >= ctx.parallel_min_elements * 16 else 0
         # With K chunks only the loops outside the chunks can run in parallel.
