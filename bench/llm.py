@@ -6,8 +6,8 @@ PyTorch eager, all in one process on one thread (or ``--threads N``, each of the
 
 Measures prefill of 16 and 128 tokens and one decode step (one token; the cache holds its
 length, which is set back before each timed call) at contexts 16, 128 and 512. Each
-measurement alternates the three implementations round by round (``--calls`` calls timed
-together per round) and reports the median per-call time. The outputs are checked first: the
+measurement alternates the three implementations round by round (``onnx_models.alternate``:
+a pause and warm-up calls before ``--calls`` timed calls a round) and reports the median. The outputs are checked first: the
 three agree on the logits (1e-3). Prints a Markdown table and the machine (lscpu, load).
 """
 from __future__ import annotations
@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import os
 import pathlib
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -118,16 +117,12 @@ def cases(ref, vm, sess, args):
 
 
 def measure(fns, rounds: int, calls: int):
-    times = {k: [] for k in fns}
-    for f in fns.values():
-        f()  # warm up
-    for _ in range(rounds):
-        for k, f in fns.items():
-            t0 = time.perf_counter()
-            for _ in range(calls):
-                f()
-            times[k].append((time.perf_counter() - t0) / calls)
-    return {k: statistics.median(v) * 1e3 for k, v in times.items()}
+    """Median ms per call of each of ``fns``, from ``onnx_models.alternate``: alternating
+    rounds, each after a pause and warm-up calls, so that no system is timed while another's
+    threads still spin (PyTorch's OpenMP workers spin on both cores after its calls at 2
+    threads) or right after its weights left the cache."""
+    from onnx_models import alternate
+    return {k: v * 1e3 for k, v in alternate(fns, rounds=rounds, per_round=calls).items()}
 
 
 def main():

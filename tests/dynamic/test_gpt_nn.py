@@ -87,7 +87,16 @@ def test_signatures_declare_the_cache_written(compiled):
     assert [tuple(p.shape) for p in ex.spec.function("decode").params][0] == (1, 1)
 
 
-def test_prefill_and_decode_logits_match_pytorch(compiled, ref):
+@pytest.fixture(params=[1, 2], ids=["1thread", "2threads"])
+def threads(request):
+    """Run the test at 1 and at 2 threads (decode's attention splits its heads, prefill's
+    matmuls their columns; small loops over the prompt stay on the calling thread)."""
+    kiln.set_num_threads(request.param)
+    yield request.param
+    kiln.set_num_threads(0)
+
+
+def test_prefill_and_decode_logits_match_pytorch(compiled, ref, threads):
     _, vm = compiled
     prompt = [5, 17, 33, 2, 90, 11, 3]
     kv = vm["create_cache"]()
@@ -118,7 +127,7 @@ def _check_prompt_lengths(vm, ref, lengths):
         assert generate(vm, prompt) == ref.generate(prompt, STEPS), n
 
 
-def test_greedy_generation_equals_pytorch(compiled, ref):
+def test_greedy_generation_equals_pytorch(compiled, ref, threads):
     _check_prompt_lengths(compiled[1], ref, (1, 2, 17, 64))
 
 

@@ -5,6 +5,7 @@ import kiln
 from kiln import te
 from kiln.ir import Block, BlockRealize, IfThenElse, collect
 from kiln.lower import compact_buffers, lower_prim_func, opaque_blocks
+from kiln.script import T
 
 
 def _matmul(n=16):
@@ -80,3 +81,36 @@ def test_compaction_keeps_values_that_flow_between_iterations():
 def test_buffer_used_at_root_level_stays():
     func = _matmul()["main"]
     assert compact_buffers(opaque_blocks(func)).script() == opaque_blocks(func).script()
+
+
+@kiln.script.ir_module
+class RowMaxInParallel:
+    """A row's max into a scratch cell per row (16 floats apart), one block without iterators
+    (its init) among the statements: the block stays after ``opaque_blocks``."""
+    @T.prim_func
+    def main(A: T.Buffer((4, 8), "float32"), B: T.Buffer((4,), "float32")):
+        mx = T.alloc_buffer((4, 16), "float32")
+        for h in T.parallel(4):
+            with T.block("max_init"):
+                mx[h, 0] = T.float32(-3.0e38)
+            for j in range(8):
+                with T.block("max"):
+                    vj = T.axis.remap("R", [j])
+                    mx[h, 0] = T.max(mx[h, 0], A[h, vj])
+            with T.block("out"):
+                B[h] = mx[h, 0]
+
+
+def test_compaction_renames_the_buffer_in_blocks_that_stay():
+    """The scratch is allocated per iteration of h; the block that stays reads and writes the
+    new buffer (not the root one, which codegen would find unbound) and the program builds."""
+    low = lower_prim_func(RowMaxInParallel["main"])
+    (scope,) = [b for b in collect(low.body, Block) if b.alloc_buffers]
+    (new,) = scope.alloc_buffers
+    stays = [b for b in collect(low.body, Block) if b.name_hint == "max_init"]
+    assert stays and all(r.buffer is new for b in stays for r in b.writes)
+    rt = kiln.build(RowMaxInParallel, target="llvm")
+    a = np.random.default_rng(2).standard_normal((4, 8)).astype("float32")
+    b = kiln.nd.array(np.zeros(4, "float32"))
+    rt(kiln.nd.array(a), b)
+    np.testing.assert_array_equal(b.numpy(), a.max(1))

@@ -88,3 +88,24 @@ def test_strip_zero_is_the_register_tile():
     assert "strips" not in tile and tile.startswith("matmul: tile 1x"), tile
     default = schedule_kernel(task.func, task.ctx, Decisions())
     assert "strip=512" in attr(default, "kiln.decisions")
+
+
+@pytest.mark.parametrize("n, cols", [(768, 2), (1024, 4), (256, 2)])
+def test_one_row_product_with_a_constant_weight_splits_among_the_cores(n, cols):
+    """A decode step's projections (1 x 256 x n, the weight constant and packed): parallel
+    although their products are few (``STREAMED_B_COST``: each weight element is streamed
+    for one row), in column blocks the two cores share equally (768 columns: 6 blocks of 2
+    panels, not 3 of 4). Results at 1 and 2 threads against numpy."""
+    rng = np.random.default_rng(4)
+    w = rng.standard_normal((256, n)).astype("float32")
+    mod = graph_module([typed("x", (1, 1, 256))],
+                       lambda emit, x: kiln.ops.call("matmul", x, kiln.ir.graph.Constant(w)))
+    out = kiln.get_pipeline("default", PassContext(target=AVX512, cores=2))(mod)
+    (name,) = kernels(out)
+    assert attr(out[name], "kiln.schedule").endswith(", parallel")
+    assert f"cols={cols}" in attr(out[name], "kiln.decisions")
+    x = rng.standard_normal((1, 1, 256)).astype("float32")
+    host = kiln.get_pipeline("default", PassContext(cores=2))(mod)   # (runs on any CPU here)
+    vm = kiln.VirtualMachine(kiln.compile(host, target="llvm"), kiln.cpu())
+    for got in outputs_at_threads(vm, [x]):
+        np.testing.assert_allclose(got, x @ w, rtol=1e-4, atol=1e-4)

@@ -18,8 +18,8 @@ from __future__ import annotations
 from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..arith import Analyzer
-from ..ir import (Block, BlockRealize, Buffer, BufferLoad, BufferStore, For, IfThenElse, IntImm,
-                  PrimFunc, Range, SeqStmt, Stmt, Var, transform)
+from ..ir import (Block, BlockRealize, Buffer, BufferLoad, BufferRegion, BufferStore, For, IfThenElse,
+                  IntImm, PrimFunc, Range, SeqStmt, Stmt, Var, transform)
 from ..schedule.regions import bound, free_of, loop_ranges
 
 
@@ -169,6 +169,11 @@ def compact_buffers(func: PrimFunc) -> PrimFunc:
             return BufferLoad(plans[id(n.buffer)][1], shifted(id(n.buffer), n.indices))
         if isinstance(n, BufferStore) and id(n.buffer) in plans:
             return BufferStore(plans[id(n.buffer)][1], n.value, shifted(id(n.buffer), n.indices))
+        if isinstance(n, BufferRegion) and id(n.buffer) in plans:
+            # (The reads and writes of a block that stays, e.g. one without iterators.)
+            mins = shifted(id(n.buffer), [r.min for r in n.region])
+            return BufferRegion(plans[id(n.buffer)][1],
+                                tuple(Range(m, r.extent) for m, r in zip(mins, n.region)))
         if isinstance(n, For) and id(n.loop_var) in by_loop:
             bufs = tuple(by_loop[id(n.loop_var)])
             scope = BlockRealize((), IntImm(1, "bool"), Block(

@@ -173,6 +173,13 @@ def split_rows(m: Optional[int], k: Optional[int], n: Optional[int], mr: int, ct
         and -(-m // mr) >= 2 * ctx.cores
 
 
+# A product whose B element serves fewer rows than this waits on B's stream from memory more
+# than on its multiply-adds: a decode step's 1 x 256 x 768 projection took 27 us on one thread,
+# as long as a register tile doing 8 times its multiply-adds. Its work is weighed so when
+# deciding whether it runs in parallel (two threads: 27 -> 14 us; onnxruntime splits it too).
+STREAMED_B_COST = 8
+
+
 # The widest strip of B's rows a one-row product walks: its sums (4 B a column) stay in L1.
 STRIP_MOST = 4096
 # Rows of B added to a piece of the strip's sums (a panel's width) at a time: the piece's sums
@@ -286,7 +293,10 @@ def schedule_contraction(sch: Schedule, c: Contraction, ctx: PassContext, kind: 
         blocks = -(-v_ext // nr)
         fits = [c2 for c2 in (8, 4, 2) if 1 < c2 < blocks and blocks % c2 == 0
                 and c2 * vectors(nr, ctx) <= ctx.tile_accumulators]
-        cols = next((c2 for c2 in (ctx.tile_rows, 2) if c2 in fits), 1)
+        # Of the two, the one that leaves the cores equal shares of column blocks (12 panels,
+        # a QKV projection of width 768: 6 blocks of 2, not 3 of 4 split 2:1 on two cores).
+        preferred = [c2 for c2 in (ctx.tile_rows, 2) if c2 in fits]
+        cols = next((c2 for c2 in preferred if blocks // c2 % ctx.cores == 0), preferred[0] if preferred else 1)
         cols = decide.choose("cols", [1] + fits, default=cols)
         if cols > 1:
             v0, u1 = sch.split(v0, [None, cols])
@@ -418,6 +428,9 @@ def schedule_contraction(sch: Schedule, c: Contraction, ctx: PassContext, kind: 
     # symbolic extent (a prompt's tokens) counts as long, as it does for the tile's rows: a
     # 16-token prompt's QKV projection (16 x 256 x 768) ran on one thread when it counted 1.
     work = math.prod(e if e is not None else ctx.parallel_min_elements * 16 for e in extents)
+    rows_ext = extents[c.u] if c.u is not None else None
+    if kind == "matmul" and rows_ext is not None and rows_ext < STREAMED_B_COST:
+        work *= STREAMED_B_COST // rows_ext
     if outer:
         # Outer loops but the last (where the tile is written back) run in parallel; when
         # they hold fewer iterations than twice the cores (a one-row matvec: its row loop has
