@@ -101,3 +101,41 @@ def test_other_loops_stay_serial_and_correct(check, lanes, start):
     assert combine_loops(func) == [False]
     r = np.random.default_rng(lanes).standard_normal((3, lanes)).astype("float32")
     check(func, r, np.zeros(3, "float32"), expected=[None, r[:, start:].sum(axis=1)], rtol=1e-5, atol=1e-6)
+
+
+def symbolic_reduction(rows, op="sum"):
+    """S[r] = reduce(op, R[r, 0:n]) over a symbolic n, as a kernel left unscheduled over a
+    prompt's keys has it: a serial loop of ``S = S op x`` after the init."""
+    fn, identity, _ = OPS[op]
+    n = Var("n")
+    R, S = buf("R", (rows, n)), buf("S", (rows,))
+    r, k = Var("r"), Var("k")
+    blk = realize("S", [("S", rows, r), ("R", n, k)], lambda vr, vk: store(S, fn(S[vr], R[vr, vk] * 2.0), vr),
+                  init_fn=lambda vr, vk: store(S, FloatImm(identity), vr))
+    return lower_prim_func(prim_func([R, S], nest([(r, rows, "serial"), (k, n, "serial")], blk)))
+
+
+@pytest.mark.parametrize("op", sorted(OPS))
+def test_a_reduction_over_a_symbolic_extent_runs_in_vectors(build, op):
+    """Whole vectors, then a masked last one whose idle lanes are the op's identity, then the
+    tree: numpy's result for every length, the empty one included (the start value)."""
+    func = symbolic_reduction(3, op)
+    assert combine_loops(func) == [False, True]     # the row loop stays, the reduction matches
+    assert "llvm.masked.load" in codegen.compile_module(func, "llvm -mcpu=skylake-avx512").llvm_ir()
+    lib = build(func)
+    for n in (0, 1, 5, 16, 17, 33, 100):
+        r = np.random.default_rng(n).standard_normal((3, n)).astype("float32")
+        s = np.full(3, np.nan, "float32")
+        assert lib.call("main", r, s) == 0
+        want = OPS[op][2](r * 2, axis=1) if n else np.full(3, OPS[op][1], "float32")
+        np.testing.assert_allclose(s, want, rtol=1e-5, atol=1e-5)
+
+
+def test_a_symbolic_max_skips_nans_as_the_serial_loop_does(build):
+    lib = build(symbolic_reduction(2, "max"))
+    r = np.random.default_rng(1).standard_normal((2, 21)).astype("float32")
+    r[0, 3] = r[0, 20] = np.nan
+    r[1, :] = np.nan
+    s = np.zeros(2, "float32")
+    assert lib.call("main", r, s) == 0
+    assert s[0] == np.nanmax(r[0]) * 2 and s[1] == -np.inf

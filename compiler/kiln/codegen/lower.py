@@ -31,7 +31,7 @@ from . import cgutils as cg
 from .abi import launch_parallel
 from .errors import CodegenError
 from .lower_expr import BufInfo, ExprLowerer, VecState
-from .tree_combine import lower_combine, match_combine
+from .tree_combine import lower_combine, lower_reduction, match_combine
 from .vectorize import lower_vectorized, masked_region
 
 # Scratch buffers of constant size up to this many bytes live on the stack; larger or
@@ -256,7 +256,7 @@ class FuncLowerer(ExprLowerer):
         elif s.kind == "unrolled":
             self._unrolled(s)
         elif self.vec is None and (combine := self.m.memo("combine", s, match_combine)) is not None:
-            lower_combine(self, s, combine)
+            (lower_reduction if combine.symbolic else lower_combine)(self, s, combine)
         else:
             self.serial_loop(s)
 
