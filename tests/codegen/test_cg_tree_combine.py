@@ -139,3 +139,12 @@ def test_a_symbolic_max_skips_nans_as_the_serial_loop_does(build):
     s = np.zeros(2, "float32")
     assert lib.call("main", r, s) == 0
     assert s[0] == np.nanmax(r[0]) * 2 and s[1] == -np.inf
+
+
+@pytest.mark.parametrize("target, lanes", [("llvm -mtriple=aarch64-linux-gnu", 4),
+                                           ("llvm -mcpu=haswell", 8), ("llvm -mcpu=skylake-avx512", 16)])
+def test_symbolic_reduction_partials_follow_the_target(target, lanes):
+    """The partials are one natural vector of the target: 4 lanes on NEON, 8 on AVX2, 16 on
+    AVX-512 (its masked last load names the width)."""
+    text = codegen.compile_module(symbolic_reduction(2, "sum"), target).llvm_ir()
+    assert f"llvm.masked.load.v{lanes}f32" in text

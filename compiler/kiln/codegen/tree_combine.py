@@ -114,6 +114,8 @@ def lower_reduction(fl, loop: For, c: Combine) -> None:
     dtype = c.store.buffer.dtype
     op = type(c.store.value)
     lanes = fl.m.target.lanes(64 if dtype == "float64" else 32)
+    if lanes < 2:
+        return fl.serial_loop(loop)     # a target without vectors (vector_bits below two lanes)
     vty = ir.VectorType(cg.scalar_type(dtype), lanes)
     identity = ir.Constant(vty, [_IDENTITY[op]] * lanes)
     acc = cg.entry_alloca(b, vty, name="partials")
