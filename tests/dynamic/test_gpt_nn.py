@@ -176,3 +176,17 @@ def test_the_runtime_guards_the_cache(compiled):
     alias_token = raw.view(np.int64)[:1].reshape(1, 1)
     with pytest.raises(KilnError, match="'kv_cache' is updated in place and shares memory with argument 0"):
         vm["decode"](alias_token, raw.reshape(2, 2, 4, 129, 8))
+
+
+def test_prefill_copies_no_heads(ref):
+    """Prefill's attention reads q, k and v where the QKV projection wrote them, and the cache
+    write takes k and v from there too: no split or head-copy kernel runs (each was a pass over
+    the prompt's keys and values per layer)."""
+    from kiln.ir.graph import Function
+    from kiln.transform.graph_util import global_refs
+    model = kiln_gpt(ref)
+    mod, _ = model.export_lm()
+    mod = kiln.get_pipeline("default")(kiln.transform.bind_params("prefill", model.state_dict())(mod))
+    called = [n for n in global_refs(mod["prefill"]) if not isinstance(mod[n], Function)]
+    assert not [n for n in called if "split" in n or "permute" in n], called
+    assert [n for n in called if n.startswith("attention")], called

@@ -30,8 +30,9 @@ that too::
 the heads stay packed in the last axis (``ops/attention.py``): no kernel copies them out and
 back (four copies a layer of a GPT-style decoder). The keys may also be split out as the
 values are and then transposed (``permute_dims(k, (0, 1, 3, 2))``, as ``kiln.nn`` writes
-them). A copy that something else also reads stays, for that reader alone: a prompt's keys
-and values split into heads for the KV cache (``kiln.nn.GPT``'s ``prefill``). And when qf, kf
+them). A copy that something else also reads stays, for that reader alone: the keys and
+values split into heads that a model also returns (an exported decoder's present keys and
+values). And when qf, kf
 and vf are the three equal pieces of one QKV projection's output, split along its last axis,
 the call takes that output whole (``R.attention(qkv, mask, heads=H, qkv=True)``); the split
 goes too when nothing else reads it.

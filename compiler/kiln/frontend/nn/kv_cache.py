@@ -36,16 +36,17 @@ _POS = f'T.Cast("int64", T.Select({_VALID}, {_LEN}, T.float32(0)))'
 _COUNT = f'(T.Cast("int64", T.Select({_VALID}, {_LEN}, T.float32(-1))) + T.int64(1))'
 _HAND = 'T.func_attr({{"kiln.schedule": "hand-written (kiln.nn.kv_cache)"}})'
 
+# A prompt's keys and values, read from the QKV projection's output (q | k | v, each head's
+# columns together), so no kernel copies them into heads first.
 _WRITE_PROMPT = '''
 @T.prim_func
-def main(cache: T.Buffer(({L}, 2, {H}, {M1}, {D}), "float32"),
-         k: T.Buffer((1, {H}, n, {D}), "float32"), v: T.Buffer((1, {H}, n, {D}), "float32")):
+def main(cache: T.Buffer(({L}, 2, {H}, {M1}, {D}), "float32"), qkv: T.Buffer((1, n, {E3}), "float32")):
     n = T.int64()
     for h, i, d in T.grid({H}, n, {D}):
         with T.block("kv_write"):
             vh, vi, vd = T.axis.remap("SSS", [h, i, d])
-            cache[{layer}, 0, vh, vi, vd] = k[0, vh, vi, vd]
-            cache[{layer}, 1, vh, vi, vd] = v[0, vh, vi, vd]
+            cache[{layer}, 0, vh, vi, vd] = qkv[0, vi, {E} + vh * {D} + vd]
+            cache[{layer}, 1, vh, vi, vd] = qkv[0, vi, {E2} + vh * {D} + vd]
 '''
 
 # One position, at the length (a loop of 0 or 1 iterations: nothing when the cache is full).
@@ -171,12 +172,14 @@ def _key(d: dict) -> str:
     return f"{d['L']}x{d['H']}x{d['M']}x{d['D']}"
 
 
-def write_prompt(cache: Tensor, k: Tensor, v: Tensor, layer: int) -> Tensor:
-    """``cache[layer, 0, :, :n] = k[0]`` and ``cache[layer, 1, :, :n] = v[0]`` in place, for
-    ``k, v[1, heads, n, head_dim]``; returns the cache (the same memory) for later reads."""
+def write_prompt(cache: Tensor, qkv: Tensor, layer: int) -> Tensor:
+    """The prompt's keys and values into ``cache[layer, 0 / 1, :, :n]`` in place, from
+    ``qkv[1, n, 3 * heads * head_dim]`` (a QKV projection's output: q, k, v, each head's
+    columns together); returns the cache (the same memory) for later reads."""
     d = _dims(cache)
-    return _call(f"kv_write_prompt_l{layer}_of_{_key(d)}", _WRITE_PROMPT, dict(d, layer=layer),
-                 (cache, k, v), cache.expr.ty)
+    e = d["H"] * d["D"]
+    return _call(f"kv_write_prompt_l{layer}_of_{_key(d)}", _WRITE_PROMPT,
+                 dict(d, layer=layer, E=e, E2=2 * e, E3=3 * e), (cache, qkv), cache.expr.ty)
 
 
 def write_step(cache: Tensor, k: Tensor, v: Tensor, layer: int) -> Tensor:

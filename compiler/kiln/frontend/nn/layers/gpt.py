@@ -68,13 +68,16 @@ class GPTAttention(Module):
         """``x[1, s, E]``: with ``mask`` (prefill) a prompt written to the cache's positions
         ``0 .. s - 1``, attention among them; else (decode, s = 1) one token written at the
         cache's length and attending over the positions up to it."""
-        q, k, v = (self._heads(y) for y in F.split(self.c_attn(x), x.shape[-1], dim=2))
+        qkv = self.c_attn(x)
+        q, k, v = (self._heads(y) for y in F.split(qkv, x.shape[-1], dim=2))
         scale = 1.0 / math.sqrt(self.head_dim)
         if mask is None:
             cache = kv_cache_ops.write_step(cache, k, v, layer)
             o = kv_cache_ops.attend_step(cache, q, layer, scale)
         else:
-            cache = kv_cache_ops.write_prompt(cache, k, v, layer)
+            # The cache takes k and v from the projection's output: the heads split out here
+            # then feed attention alone, which reads them in place (fuse_attention).
+            cache = kv_cache_ops.write_prompt(cache, qkv, layer)
             o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
         b, h, s, d = o.shape
         return self.c_proj(o.permute(0, 2, 1, 3).reshape(b, s, h * d)), cache
