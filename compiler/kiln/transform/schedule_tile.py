@@ -296,7 +296,8 @@ def schedule_contraction(sch: Schedule, c: Contraction, ctx: PassContext, kind: 
         # Of the two, the one that leaves the cores equal shares of column blocks (12 panels,
         # a QKV projection of width 768: 6 blocks of 2, not 3 of 4 split 2:1 on two cores).
         preferred = [c2 for c2 in (ctx.tile_rows, 2) if c2 in fits]
-        cols = next((c2 for c2 in preferred if blocks // c2 % ctx.cores == 0), preferred[0] if preferred else 1)
+        cols = next((c2 for c2 in preferred if blocks // c2 % ctx.cores == 0),
+                    preferred[0] if preferred else 1)
         cols = decide.choose("cols", [1] + fits, default=cols)
         if cols > 1:
             v0, u1 = sch.split(v0, [None, cols])
