@@ -136,6 +136,8 @@ def main():
     p.add_argument("--ctx", type=int, default=640)
     p.add_argument("--threads", type=int, default=1, help="threads of each of the three")
     args = p.parse_args()
+    if args.threads < 1:
+        p.error(f"--threads must be at least 1, got {args.threads}")
     ref, vm, sess, compile_s = build(args)
     rows = cases(ref, vm, sess, args)
     print(f"GPT-2 layout, {args.layers} layers, width {args.width}, {args.heads} heads, vocabulary {args.vocab}, "

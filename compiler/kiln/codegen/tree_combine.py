@@ -22,8 +22,9 @@ kernels of a 64-token prompt 403 -> 306 µs.
 Which loops: serial, from 0, of a constant power-of-two extent from 4 to 64 (or any serial
 loop over a symbolic extent), whose body is one store ``S[i] = S[i] op x`` (op ``+``, ``max``
 or ``min`` on float32 or float64; ``x + S[i]`` too) where ``i`` does not vary with the loop and
-``x`` does not read ``S``. Anything else is lowered as a serial loop. The result is the serial loop's up to rounding: sums are reassociated, and ``max`` and
-``min`` skip NaNs in ``x`` as the serial loop's selects do.
+``x`` does not read ``S``. Anything else is lowered as a serial loop. The result is the serial
+loop's up to rounding: sums are reassociated, and ``max`` and ``min`` skip NaNs in ``x`` as the
+serial loop's selects do.
 """
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ from typing import Optional
 from llvmlite import ir
 
 from ..ir.expr import Add, BufferLoad, IntImm, Max, Min, PrimExpr, Var
-from ..ir.functor import pre_order_visit
+from ..ir.functor import pre_order_visit, uses_var
 from ..ir.stmt import BufferStore, For
 from . import cgutils as cg
 from .lower_expr import Affine, VecState
@@ -56,12 +57,6 @@ class Combine:
     symbolic: bool = False
 
 
-def _uses(e, var: Var) -> bool:
-    found = []
-    pre_order_visit(e, lambda n: found.append(n) if n is var else None)
-    return bool(found)
-
-
 def _reads(e, buffer) -> bool:
     found = []
     pre_order_visit(e, lambda n: found.append(n) if isinstance(n, BufferLoad) and n.buffer is buffer else None)
@@ -77,7 +72,7 @@ def match_combine(loop: For) -> Optional[Combine]:
         return None
     st = loop.body
     if not isinstance(st, BufferStore) or st.buffer.dtype not in ("float32", "float64") or \
-            type(st.value) not in _OPS or any(_uses(i, loop.loop_var) for i in st.indices):
+            type(st.value) not in _OPS or any(uses_var(i, loop.loop_var) for i in st.indices):
         return None
     v = st.value
     acc = BufferLoad(st.buffer, st.indices)
@@ -87,7 +82,7 @@ def match_combine(loop: For) -> Optional[Combine]:
         x = v.a
     else:
         return None
-    if _reads(x, st.buffer) or not _uses(x, loop.loop_var):
+    if _reads(x, st.buffer) or not uses_var(x, loop.loop_var):
         return None
     return Combine(st, x, symbolic)
 

@@ -44,6 +44,19 @@ def _conjuncts(cond: PrimExpr) -> List[PrimExpr]:
     return [cond]
 
 
+def _stepping(c: PrimExpr, v: Var, ana: Analyzer):
+    """For ``c`` = ``lhs < rhs`` whose ``lhs - rhs`` grows by a positive constant ``s`` per step
+    of ``v``: (s, the rest ``lhs - rhs - s * v``, free of ``v``); else None."""
+    if not isinstance(c, LT):
+        return None
+    d = ana.simplify(c.a - c.b)
+    step = ana.simplify(substitute(d, {v: v + 1}) - d)
+    if not isinstance(step, IntImm) or step.value <= 0:
+        return None
+    rest = ana.simplify(d - step * v)
+    return (step, rest) if free_of(rest, [v]) else None
+
+
 def _holds_below(cond: PrimExpr, v: Var, inner: List[For], ana: Analyzer):
     """(P, rest) such that the conjuncts of ``cond`` that depend on ``v`` hold for every
     ``v < P`` and every value of the ``inner`` loops' variables, and ``rest`` (a list) is the
@@ -54,15 +67,10 @@ def _holds_below(cond: PrimExpr, v: Var, inner: List[For], ana: Analyzer):
         if free_of(c, [v]):
             rest_conds.append(c)
             continue
-        if not isinstance(c, LT):
+        stepping = _stepping(c, v, ana)
+        if stepping is None:
             return None
-        d = ana.simplify(c.a - c.b)
-        step = ana.simplify(substitute(d, {v: v + 1}) - d)
-        if not isinstance(step, IntImm) or step.value <= 0:
-            return None
-        rest = ana.simplify(d - step * v)
-        if not free_of(rest, [v]):
-            return None
+        step, rest = stepping
         relax = loop_ranges(inner)
         _, hi = bound(rest, relax)
         if hi is None or not free_of(hi, list(relax)) or not free_of(hi, [v]):
@@ -153,8 +161,8 @@ def _partition(loop: For, sizes: List[Var]) -> Optional[Stmt]:
     if is_const_int(rest, 0):
         return head
     tv = Var(f"{v.name}_t", v.dtype)
-    tail = For(tv, split, rest, loop.kind, substitute(_clamped(loop.body, v, guards, ana, sizes), {v: tv}),
-               loop.thread_binding, loop.annotations)
+    tail_body = substitute(_clamped(loop.body, v, guards, ana, sizes), {v: tv})
+    tail = For(tv, split, rest, loop.kind, tail_body, loop.thread_binding, loop.annotations)
     return SeqStmt((head, tail))
 
 
@@ -170,11 +178,12 @@ def _rows_left(cond: PrimExpr, v: Var, inner: List[For], ana: Analyzer):
         if free_of(c, [v]):
             us.append(None)
             continue
-        d = ana.simplify(c.a - c.b)
-        s = ana.simplify(substitute(d, {v: v + 1}) - d)
-        rest = ana.simplify(d - s * v)
+        stepping = _stepping(c, v, ana)
+        if stepping is None:
+            return None
+        s, rest = stepping
         used = [x for x in loops if not free_of(rest, [x])]
-        if not isinstance(s, IntImm) or len(used) != 1:
+        if len(used) != 1:
             return None
         u = used[0]
         off = ana.simplify(rest - u)
@@ -204,20 +213,11 @@ def _clamped(body: Stmt, v: Var, guards, ana: Analyzer, sizes: List[Var]) -> Stm
     if free_of(left, sizes) or \
             any(not is_const_int(ana.simplify(f[0] - left), 0) for f in forms.values()):
         return body
-    scratch, unguarded = set(), []
-
-    def scan(n, guarded):
-        if isinstance(n, IfThenElse) and id(n) in forms:
-            guarded = True
-        elif isinstance(n, Block):
-            scratch.update(n.alloc_buffers)
-        elif isinstance(n, (BufferStore, Evaluate)) and not guarded:
-            unguarded.append(n)
-        for child in _children(n):
-            scan(child, guarded)
-    scan(body, False)
-    if unguarded:
+    effects = (BufferStore, Evaluate)
+    guarded = {id(x) for g, *_ in guards for x in collect(g.then_case, effects)}
+    if any(id(x) not in guarded for x in collect(body, effects)):
         return body     # it would run for R < 1, where the guards stop everything else
+    scratch = {buf for blk in collect(body, Block) for buf in blk.alloc_buffers}
 
     last = ana.simplify(left - IntImm(1, left.dtype))
 
@@ -239,20 +239,6 @@ def _clamped(body: Stmt, v: Var, guards, ana: Analyzer, sizes: List[Var]) -> Stm
             out = IfThenElse(c, out, None)
         return out
     return IfThenElse(GE(left, IntImm(1, left.dtype)), transform(body, lambda n: None, pre=pre), None)
-
-
-def _children(n):
-    if isinstance(n, For):
-        return [n.body]
-    if isinstance(n, SeqStmt):
-        return list(n.seq)
-    if isinstance(n, IfThenElse):
-        return [n.then_case] + ([n.else_case] if n.else_case is not None else [])
-    if isinstance(n, BlockRealize):
-        return [n.block]
-    if isinstance(n, Block):
-        return [n.body] + ([n.init] if n.init is not None else [])
-    return []
 
 
 def partition_loops(func):

@@ -68,12 +68,15 @@ def _scalar(e: GraphExpr) -> Optional[float]:
     return None
 
 
+def _call_of(e: GraphExpr, defs, op: str) -> Optional[Call]:
+    """The call of ``op`` that binds variable ``e`` (whatever its uses), else None."""
+    value = defs.get(e) if isinstance(e, GraphVar) else None
+    return value if isinstance(value, Call) and value.op == op else None
+
+
 def _single_use(e: GraphExpr, defs, uses, op: str) -> Optional[Call]:
     """The call defining variable ``e`` when it is a call of ``op`` used once, else None."""
-    if not isinstance(e, GraphVar) or uses[e] != 1:
-        return None
-    value = defs.get(e)
-    return value if isinstance(value, Call) and value.op == op else None
+    return _call_of(e, defs, op) if isinstance(e, GraphVar) and uses[e] == 1 else None
 
 
 def match_attention(call: Call, defs: Dict[GraphVar, GraphExpr], uses
@@ -137,12 +140,6 @@ def match_attention(call: Call, defs: Dict[GraphVar, GraphExpr], uses
 def _axes(call: Call) -> Optional[tuple]:
     axes = call.attr("axes")
     return tuple(int(a) for a in axes) if axes is not None else None
-
-
-def _call_of(e: GraphExpr, defs, op: str) -> Optional[Call]:
-    """The call of ``op`` that binds variable ``e`` (whatever its uses), else None."""
-    value = defs.get(e) if isinstance(e, GraphVar) else None
-    return value if isinstance(value, Call) and value.op == op else None
 
 
 def _heads_of(e: GraphExpr, axes: tuple, defs) -> Optional[Tuple[GraphExpr, int, list]]:
