@@ -1,6 +1,8 @@
 """The combine loop of an rfactor-ed row reduction (``codegen/tree_combine.py``): lowered as a
 tree of vector halves when it matches, with the same results as numpy (sum, max, min, either
-operand order, NaN and infinities), and left a serial loop when it does not."""
+operand order, NaN and infinities); a whole reduction loop the rfactor left (a symbolic extent,
+or a constant one no vector width divides) lowered as vectors with a masked last one; and a
+serial loop when neither matches."""
 from __future__ import annotations
 
 import numpy as np
@@ -94,13 +96,38 @@ def test_matched_loops_become_vector_halves():
     assert "shufflevector" in text
 
 
-@pytest.mark.parametrize("lanes, start", [(12, 0), (128, 0), (2, 0), (32, 4)])
-def test_other_loops_stay_serial_and_correct(check, lanes, start):
-    """Not a power of two from 4 to 64, or not from 0: a serial loop, the same sums."""
+@pytest.mark.parametrize("lanes, start", [(12, 0), (128, 0), (2, 0), (32, 4), (60, 0), (197, 0)])
+def test_other_constant_loops_are_whole_reductions(check, lanes, start):
+    """Not a power of two from 4 to 64, or not from 0: not a combine step but a reduction the
+    schedule's rfactor left whole (no vector width divides it), read contiguously, so lowered
+    in vectors with a masked last one (a row shorter than a vector stays serial): the same
+    sums."""
     func = combine(3, lanes, start=start)
-    assert combine_loops(func) == [False]
+    assert combine_loops(func) == [True] and reductions(func) == [True]
     r = np.random.default_rng(lanes).standard_normal((3, lanes)).astype("float32")
     check(func, r, np.zeros(3, "float32"), expected=[None, r[:, start:].sum(axis=1)], rtol=1e-5, atol=1e-6)
+
+
+def reductions(func):
+    """For each matched serial loop of ``func``: whether it is a whole reduction."""
+    found = []
+    pre_order_visit(func.body, lambda n: found.append(c.reduction) if isinstance(n, For) and (
+        c := match_combine(n)) is not None else None)
+    return found
+
+
+def test_a_strided_constant_reduction_stays_serial(check):
+    """S[r] = sum(R[:, r]): the loop walks R's rows, so its lanes would be gathers; it stays a
+    serial loop, with numpy's sums."""
+    rows, length = 3, 60
+    R, S = buf("R", (length, rows)), buf("S", (rows,))
+    r, k = Var("r"), Var("k")
+    blk = realize("S", [("S", rows, r), ("R", length, k)], lambda vr, vk: store(S, S[vr] + R[vk, vr], vr),
+                  init_fn=lambda vr, vk: store(S, FloatImm(0.0), vr))
+    func = lower_prim_func(prim_func([R, S], nest([(r, rows, "parallel"), (k, length, "serial")], blk)))
+    assert combine_loops(func) == [False]
+    x = np.random.default_rng(5).standard_normal((length, rows)).astype("float32")
+    check(func, x, np.zeros(rows, "float32"), expected=[None, x.sum(axis=0)], rtol=1e-5, atol=1e-6)
 
 
 def symbolic_reduction(rows, op="sum"):

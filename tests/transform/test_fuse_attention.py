@@ -176,6 +176,23 @@ def test_attention_tile_follows_the_target(target, nr, rows, vector):
     assert re.search(vector, asm)
 
 
+@pytest.mark.parametrize("b,m,n", [((4,), 37, 37), ((3,), 197, 61), ((1,), 37, 37), ((), 37, 37)])
+def test_a_prime_row_count_keeps_a_full_register_tile(b, m, n):
+    """m with no divisor near the tile's rows (a ViT's 197 tokens): with a task per core in the
+    batch, full row tiles and a ragged last block run inside each task (not one row at a
+    time); without (a batch of 1, no batch), the rows a divisor of m. numpy's result either way."""
+    ctx = PassContext(target=AVX512).resolved()
+    assert tile_of(37, 37, 64, ctx) == (6, 64) and tile_of(37, 37, 64, ctx, ragged=False) == (1, 64)
+    assert tile_of(60, 60, 64, ctx, ragged=False) == (6, 64)
+    mod = _attention_graph(b, m, 64, n, 64)
+    out = kiln.get_pipeline("default", target=AVX512)(mod)
+    (name,) = kernels(out)
+    rows = 6 if len(b) and b[0] >= 2 else 1
+    assert attr(out[name], "kiln.schedule").startswith(f"attention: rows {rows},"), attr(out[name], "kiln.schedule")
+    args = _args(mod, seed=7)
+    np.testing.assert_allclose(run_vm(out, args, target=AVX512), _want(args), rtol=1e-4, atol=1e-5)
+
+
 def test_attention_over_symbolic_queries_and_keys():
     """A prompt of any length against a KV cache of any length (the shapes of prefill and
     decode): one kernel, its row blocks and key tiles guarded at the ends; correct at every

@@ -13,9 +13,9 @@ True
 >>> arith.const_int_bound(i * 4 + j, {i: (0, 8), j: (0, 4)})
 IntBound(min=0, max=31)
 """
-from .analyzer import Analyzer, IntBound, can_prove, const_int_bound, simplify
+from .analyzer import Analyzer, IntBound, can_prove, const_int_bound, simplify, unit_step
 from .linear import Linear
 from .stmt import simplify_stmt
 
 __all__ = ["Analyzer", "IntBound", "Linear", "can_prove", "const_int_bound", "simplify",
-           "simplify_stmt"]
+           "simplify_stmt", "unit_step"]

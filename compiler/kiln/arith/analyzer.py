@@ -28,6 +28,7 @@ from typing import Dict, NamedTuple, Optional
 import numpy as np
 
 from ..ir import dtype as dt
+from ..ir.functor import substitute
 from ..ir.expr import (Add, And, BinaryOp, BufferLoad, Cast, CmpOp, Div, EQ, FloatImm,
                        FloorDiv, FloorMod, GE, GT, IntImm, LE, LT, Max, Min, Mul, NE, Not, Or,
                        PrimExpr, Range, Select, Sub, Var, convert)
@@ -511,6 +512,16 @@ def simplify(expr, bounds: Optional[dict] = None) -> PrimExpr:
     j
     """
     return Analyzer(bounds).simplify(expr)
+
+
+def unit_step(e, var) -> bool:
+    """True when ``e`` grows by exactly 1 as ``var`` does (a contiguous index along ``var``).
+
+    >>> unit_step(i * 4 + j, j), unit_step(i * 4 + j, i)     # doctest: +SKIP
+    (True, False)
+    """
+    step = simplify(Sub(substitute(e, {var: var + 1}), e))
+    return getattr(step, "value", None) == 1
 
 
 def can_prove(cond, bounds: Optional[dict] = None) -> bool:

@@ -256,7 +256,7 @@ class FuncLowerer(ExprLowerer):
         elif s.kind == "unrolled":
             self._unrolled(s)
         elif self.vec is None and (combine := self.m.memo("combine", s, match_combine)) is not None:
-            (lower_reduction if combine.symbolic else lower_combine)(self, s, combine)
+            (lower_reduction if combine.reduction else lower_combine)(self, s, combine)
         else:
             self.serial_loop(s)
 

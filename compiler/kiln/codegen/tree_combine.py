@@ -14,17 +14,19 @@ variance; softmax's max and sum). Here such a loop becomes one vector load of th
 then one combine with ``S``'s value. The rfactor already reassociated the reduction; this
 reassociates its last step the same way (a pairwise sum, as numpy's ``sum`` does).
 
-The same store in a loop over a symbolic extent (a softmax over a prompt's keys, which the
-schedule's rfactor cannot split) is lowered as a vector of partials, a vector of ``x`` at a
-time and the last one masked, then the same tree (``lower_reduction``): the 4 attention
-kernels of a 64-token prompt 403 -> 306 µs.
+The same store in a loop the schedule's rfactor could not split is lowered as a vector of
+partials, a vector of ``x`` at a time and the last one masked, then the same tree
+(``lower_reduction``): a loop over a symbolic extent (a softmax over a prompt's keys; the 4
+attention kernels of a 64-token prompt 403 -> 306 µs), or over a constant extent that no
+vector width divides (the softmax over 60 or 197 keys) when ``x`` reads its operands
+contiguously along the loop (else lanes would be gathers).
 
-Which loops: serial, from 0, of a constant power-of-two extent from 4 to 64 (or any serial
-loop over a symbolic extent), whose body is one store ``S[i] = S[i] op x`` (op ``+``, ``max``
-or ``min`` on float32 or float64; ``x + S[i]`` too) where ``i`` does not vary with the loop and
-``x`` does not read ``S``. Anything else is lowered as a serial loop. The result is the serial
-loop's up to rounding: sums are reassociated, and ``max`` and ``min`` skip NaNs in ``x`` as the
-serial loop's selects do.
+Which loops: serial, from 0, of a constant power-of-two extent from 4 to 64 (a combine step),
+or any other serial loop as above (a reduction), whose body is one store ``S[i] = S[i] op x``
+(op ``+``, ``max`` or ``min`` on float32 or float64; ``x + S[i]`` too) where ``i`` does not
+vary with the loop and ``x`` does not read ``S``. Anything else is lowered as a serial loop.
+The result is the serial loop's up to rounding: sums are reassociated, and ``max`` and
+``min`` skip NaNs in ``x`` as the serial loop's selects do.
 """
 from __future__ import annotations
 
@@ -33,8 +35,9 @@ from typing import Optional
 
 from llvmlite import ir
 
-from ..ir.expr import Add, BufferLoad, IntImm, Max, Min, PrimExpr, Var
-from ..ir.functor import pre_order_visit, uses_var
+from ..arith import unit_step
+from ..ir.expr import Add, BufferLoad, Max, Min, PrimExpr, Var
+from ..ir.functor import collect, pre_order_visit, uses_var
 from ..ir.stmt import BufferStore, For
 from . import cgutils as cg
 from .lower_expr import Affine, VecState
@@ -50,11 +53,11 @@ MIN_LANES, MAX_LANES = 4, 64
 
 @dataclass(frozen=True)
 class Combine:
-    """A matched loop's store ``S[i] = S[i] op x``, and ``x``; ``symbolic``: the loop's extent
-    is not a constant (``lower_reduction``), else it is a combine step (``lower_combine``)."""
+    """A matched loop's store ``S[i] = S[i] op x``, and ``x``; ``reduction``: the loop is a
+    whole reduction (``lower_reduction``), else a combine step (``lower_combine``)."""
     store: BufferStore
     x: PrimExpr
-    symbolic: bool = False
+    reduction: bool = False
 
 
 def _reads(e, buffer) -> bool:
@@ -65,11 +68,11 @@ def _reads(e, buffer) -> bool:
 
 def match_combine(loop: For) -> Optional[Combine]:
     """The ``Combine`` that ``loop`` is (module docstring), or None."""
-    n = getattr(loop.extent, "value", None)
-    symbolic = not isinstance(loop.extent, IntImm)
-    if loop.kind != "serial" or not symbolic and (
-            getattr(loop.min, "value", None) != 0 or n < MIN_LANES or n > MAX_LANES or n & (n - 1)):
+    if loop.kind != "serial":
         return None
+    n = getattr(loop.extent, "value", None)
+    combine = n is not None and getattr(loop.min, "value", None) == 0 and \
+        MIN_LANES <= n <= MAX_LANES and not n & (n - 1)
     st = loop.body
     if not isinstance(st, BufferStore) or st.buffer.dtype not in ("float32", "float64") or \
             type(st.value) not in _OPS or any(uses_var(i, loop.loop_var) for i in st.indices):
@@ -84,7 +87,15 @@ def match_combine(loop: For) -> Optional[Combine]:
         return None
     if _reads(x, st.buffer) or not uses_var(x, loop.loop_var):
         return None
-    return Combine(st, x, symbolic)
+    if n is not None and not combine and not _contiguous(x, loop.loop_var):
+        return None
+    return Combine(st, x, reduction=not combine)
+
+
+def _contiguous(x, var) -> bool:
+    """Every load in ``x`` that ``var`` moves steps along its last index by 1."""
+    return all(not any(uses_var(i, var) for i in ld.indices[:-1]) and unit_step(ld.indices[-1], var)
+               for ld in collect(x, BufferLoad) if uses_var(ld, var))
 
 
 def lower_combine(fl, loop: For, c: Combine) -> None:
@@ -100,17 +111,19 @@ def lower_combine(fl, loop: For, c: Combine) -> None:
 
 
 def lower_reduction(fl, loop: For, c: Combine) -> None:
-    """Lower a reduction loop ``S[i] = S[i] op x`` over a symbolic extent (a softmax over a
-    prompt's keys) as one vector of partials: ``x`` a vector at a time (the last vector masked,
-    its idle lanes the op's identity), then the tree of ``lower_combine`` and one combine with
-    ``S``. Like the rfactor a constant extent gets at schedule time; the rfactor cannot split
-    a symbolic extent (its last partials would not all be initialized)."""
+    """Lower a reduction loop ``S[i] = S[i] op x`` (a softmax over a prompt's keys) as one
+    vector of partials: ``x`` a vector at a time (the last vector masked, its idle lanes the
+    op's identity), then the tree of ``lower_combine`` and one combine with ``S``. Like the
+    rfactor a row gets at schedule time when a vector width divides it; the rfactor cannot
+    split a symbolic extent or a constant one no width divides (its last partials would not
+    all be initialized)."""
     b = fl.b
     dtype = c.store.buffer.dtype
     op = type(c.store.value)
     lanes = fl.m.target.lanes(64 if dtype == "float64" else 32)
-    if lanes < 2:
-        return fl.serial_loop(loop)     # a target without vectors (vector_bits below two lanes)
+    if lanes < 2 or getattr(loop.extent, "value", lanes) < lanes:
+        # (a target without vectors, or a constant row shorter than one vector)
+        return fl.serial_loop(loop)
     vty = ir.VectorType(cg.scalar_type(dtype), lanes)
     identity = ir.Constant(vty, [_IDENTITY[op]] * lanes)
     acc = cg.entry_alloca(b, vty, name="partials")

@@ -9,9 +9,11 @@
 2. ``compact_buffers``: a scratch buffer used only inside some loop is allocated inside that
    loop's body, shrunk to the region one iteration touches (so a matmul's accumulator tile
    becomes a 4 x 16 register-sized buffer instead of a copy of the whole output).
-3. ``partition_loops``: a loop whose last iterations fail the guards ``split`` left under it
+3. ``pad_rows``: a scratch buffer whose last extent is symbolic gets rows padded to whole
+   64-byte lines, so vectors of a row never straddle two lines.
+4. ``partition_loops``: a loop whose last iterations fail the guards ``split`` left under it
    (``i_0 * 4 + i_1 < n``) becomes a guard-free loop plus a guarded tail.
-4. ``partition_selects``: a vectorized loop whose Select conditions hold only in the middle
+5. ``partition_selects``: a vectorized loop whose Select conditions hold only in the middle
    of its range (zero padding) is split into border loops and a middle loop without them,
    so the middle reads its input with plain vector loads instead of clamped gathers.
 """
@@ -19,11 +21,12 @@ from ..arith import simplify_stmt
 from .blocks import opaque_blocks
 from .compact import compact_buffers
 from .loop_partition import partition_loops
+from .pad_rows import pad_rows
 from .select_partition import partition_selects
 
 
 def lower_prim_func(func):
     """All lowering passes, in order, then one simplification with every loop's bounds known
     (compaction leaves indices like ``(j_0 * 16 + j_1) // 16 - j_0`` that fold to ``0``)."""
-    func = partition_selects(partition_loops(compact_buffers(opaque_blocks(func))))
+    func = partition_selects(partition_loops(pad_rows(compact_buffers(opaque_blocks(func)))))
     return func.with_body(simplify_stmt(func.body))

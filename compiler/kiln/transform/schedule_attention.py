@@ -26,7 +26,8 @@ straight into the head's columns::
             (the tiles above, q and v read in the head's columns)
             out[i, h*Dv + d] = pv[ii, d] / sum[ii]
 
-Decisions (``kiln.schedule.decisions``): ``rows`` (query rows per block: a divisor of M), ``nr``
+Decisions (``kiln.schedule.decisions``): ``rows`` (query rows per block, up to 16; the last
+block guarded when they do not divide M), ``nr``
 (key columns and value columns per register tile: a multiple of the vector width), ``parts``
 (P, heads packed only: tasks per head, dividing its row blocks), and ``parallel``; the row
 reductions' ``<block>.rfactor``.
@@ -51,19 +52,25 @@ def _divisors(n: int, limit: int) -> List[int]:
     return [d for d in range(1, min(n, limit) + 1) if n % d == 0]
 
 
-def tile_of(m: Optional[int], n: Optional[int], dv: int, ctx: PassContext) -> Tuple[int, int]:
+def tile_of(m: Optional[int], n: Optional[int], dv: int, ctx: PassContext,
+            ragged: bool = True) -> Tuple[int, int]:
     """(rows, nr): ``nr`` columns of up to 4 vectors (no wider than the keys and values need),
     and as many rows as keep the accumulators of a rows x nr tile within
     ``tile_accumulators`` (the registers left after the broadcast operand and the loads),
-    dividing ``m``. A symbolic ``m`` (a prompt of any length) or ``n`` (a KV cache of any
-    length) counts as long: all the rows, 4 vectors; its last tile is guarded."""
+    dividing ``m`` when a divisor of at least half of them exists; otherwise (a prime ``m``
+    such as a ViT's 197 tokens), when ``ragged`` (the row blocks run inside a task of a head,
+    so the guarded last one becomes a loop of its own), all of them. A symbolic ``m`` (a prompt
+    of any length) or ``n`` (a KV cache of any length) counts as long: all the rows, 4
+    vectors; its last tile is guarded."""
     lanes = ctx.simd_lanes
     widest = max(dv, n if n is not None else 4 * lanes)
     vectors = max(1, min(4, -(-widest // lanes)))
     nr = vectors * lanes
     rows_max = max(1, ctx.tile_accumulators // vectors)
-    rows = rows_max if m is None else max(_divisors(m, rows_max))
-    return rows, nr
+    if m is None:
+        return rows_max, nr
+    rows = max(_divisors(m, rows_max))
+    return (rows if 2 * rows >= min(m, rows_max) or not ragged else rows_max), nr
 
 
 def _extent(sch: Schedule, loop) -> int:
@@ -109,9 +116,13 @@ def schedule_attention(func: PrimFunc, ctx: PassContext, decide: Decisions) -> T
     n = _extent(sch, sch.get_loops(sch.get_block("attention_exp"))[-1])
     if dv is None:
         raise ValueError("attention: the rule needs a static value width")
-    rows0, nr0 = tile_of(m, n, dv, ctx)
-    rows = decide.choose("rows", _divisors(m, 16) if m is not None else list(range(1, 17)),
-                         default=rows0)
+    # (heads, or a batch of at least a task per core, give tasks with the row blocks inside,
+    # where a ragged last block is split off as a loop of its own; fused into the parallel
+    # loop it would guard every row)
+    batched = packed or len(loops) > 2 and math.prod(
+        _extent(sch, lp) or ctx.cores for lp in loops[:-2]) >= ctx.cores
+    rows0, nr0 = tile_of(m, n, dv, ctx, ragged=batched)
+    rows = decide.choose("rows", list(range(1, 17)), default=rows0)
     lanes = ctx.simd_lanes
     nr = decide.choose("nr", [lanes * v for v in (1, 2, 3, 4)], default=nr0)
     i0 = sch.split(loops[-2], [None, rows])[0] if m is None or rows < m else None
@@ -131,6 +142,10 @@ def schedule_attention(func: PrimFunc, ctx: PassContext, decide: Decisions) -> T
             heads.append(ip)
         tasks = sch.fuse(*heads) if len(heads) > 1 else heads[0]
         at = i0 if i0 is not None else tasks
+    elif m is not None and i0 is not None and m % rows and batched:
+        # a ragged last row block: tasks of the batch (and heads), the blocks inside
+        batch = list(loops[:-2])
+        tasks, at = (sch.fuse(*batch) if len(batch) > 1 else batch[0]), i0
     else:
         row_loops = list(loops[:-2]) + ([i0] if i0 is not None else [])
         if not row_loops:
@@ -153,7 +168,7 @@ def schedule_attention(func: PrimFunc, ctx: PassContext, decide: Decisions) -> T
     if packed:
         parts.append("heads packed" + (f", {parts_per_head} tasks a head" if parts_per_head > 1 else ""))
     # multiply-adds of the second product (a symbolic size counts as large)
-    rows_per_task = (m or 1 << 10) // parts_per_head if packed else rows
+    rows_per_task = (m or 1 << 10) // parts_per_head if at is not tasks else rows
     work = (_extent(sch, tasks) or 1 << 10) * rows_per_task * (n or 1 << 10) * dv
     if decide.choose("parallel", [False, True], default=work >= ctx.parallel_min_elements):
         sch.parallel(tasks)

@@ -17,9 +17,8 @@ from __future__ import annotations
 
 from typing import List, Optional
 
-from ..arith import simplify
-from ..ir import BufferLoad, Var, collect, substitute, uses_var
-from ..ir.expr import Sub
+from ..arith import unit_step
+from ..ir import BufferLoad, collect, uses_var
 from ..schedule import LoopRV, Schedule, ScheduleError
 from ..schedule.decisions import Decisions
 from .infra import PassContext
@@ -91,19 +90,13 @@ def _fits(info: BlockInfo, ctx: PassContext) -> Optional[int]:
     if len(driven) != 1:
         return None
     value = next(v for iv, v in bindings if iv.var is driven[0])
-    if not _unit_step(value, var):
+    if not unit_step(value, var):
         return None
     rv = driven[0]
     loads = [ld for ld in collect(blk.body, BufferLoad) if uses_var(ld, rv)]
     if not loads:
         return None
     for ld in loads:
-        if any(uses_var(i, rv) for i in ld.indices[:-1]) or not _unit_step(ld.indices[-1], rv):
+        if any(uses_var(i, rv) for i in ld.indices[:-1]) or not unit_step(ld.indices[-1], rv):
             return None   # a strided walk: vector lanes would be gathers
     return lanes
-
-
-def _unit_step(e, var: Var) -> bool:
-    """True when ``e`` grows by exactly 1 as ``var`` does."""
-    step = simplify(Sub(substitute(e, {var: var + 1}), e))
-    return getattr(step, "value", None) == 1
