@@ -78,6 +78,9 @@ CASES = [
     ("matmul", [(7, 5), (5, 3)], {}, "matmul"),
     ("matmul", [(2, 4, 8, 16), (2, 4, 16, 8)], {}, "matmul: tile 8x8"),
     ("matmul", [(2, 16, 16), (16, 32)], {}, "matmul: tile 4x16"),
+    # PyTorch's sequence-first attention projection, (L, 1, E) @ W: the L rows are tiled, not
+    # the one row of each (which made each of L a one-row product, tile 1x2x16)
+    ("matmul", [(37, 1, 24), (24, 32)], {}, "matmul: tile 5x16"),
     ("linear", [(2, 16, 64), (48, 64)], {}, "matmul: tile 4x16, epilogue none, pack per panel"),
     ("linear", [(1, 64), (10, 64)], {}, "matmul: tile 1x10"),
     ("conv2d", [(1, 8, 10, 10), (16, 8, 3, 3)], {"padding": (1, 1)}, "conv: tile 4x10"),

@@ -102,11 +102,13 @@ def analyze_contraction(func: PrimFunc, info: BlockInfo) -> Optional[Contraction
     used = set()
     for ld in vec_loads:
         used |= set(collect(ld, Var))
-    u = None
-    for k in spatial:
-        iv = blk.iter_vars[k].var
-        if k != v and iv not in used and any(iv in collect(i, Var) for i in store.indices):
-            u = k          # the last such axis: the one nearest the vector axis
+    rows = [k for k in spatial if k != v and blk.iter_vars[k].var not in used
+            and any(blk.iter_vars[k].var in collect(i, Var) for i in store.indices)]
+    # The last such axis (the one nearest the vector axis), unless it is a single row and
+    # another is longer: (L, 1, E) @ W, PyTorch's sequence-first attention projections, has
+    # its L rows in the batch axis; unrolling the 1 would make each a one-row product.
+    longer = [k for k in rows if static_extent(info.loops[k]) != 1]
+    u = (longer or rows or [None])[-1]
     packed = _panel(vec_loads[0], last) or 0
     # A broadcast operand packed along an axis (conv weight [O/MR, I, KH, KW, MR]) fixes
     # that axis as the unrolled one, and its panel width as the rows of the tile.
