@@ -49,6 +49,7 @@ def test_symbolic_rows_are_padded_to_lines_and_constant_ones_stay():
 def test_padded_row_of_constants_and_odd_sizes():
     n = Var("n")
     assert padded_row(n, "float64") is not None
+    assert padded_row((n + 63) // 64 * 64, "float32") is None           # whole lines already
     assert padded_row(kiln.ir.IntImm(60, "int32"), "float32") is None   # the schedule's tile
     assert padded_row(n, "int8") is not None
     assert padded_row(n, "int4") is None and padded_row(n, "bool") is None   # bits, not bytes

@@ -6,7 +6,8 @@ structural equality/hash, traversal helpers.
 from . import dtype
 from .expr import (Add, And, Buffer, BufferLoad, Call, Cast, CmpOp, BinaryOp, Div, EQ, FloatImm,
                    FloorDiv, FloorMod, GE, GT, INTRINSICS, IntImm, LE, LT, Max, Min, Mul, NE, Node,
-                   Not, Or, PrimExpr, Range, Select, Sub, Var, const, convert, is_const_int)
+                   Not, Or, PrimExpr, Range, Select, Sub, Var, conjuncts, const, convert,
+                   is_const_int)
 from .stmt import (Block, BlockRealize, BufferRegion, BufferStore, Evaluate, For, FOR_KINDS,
                    IfThenElse, IterVar, PARALLEL_MIN_EXTENT, SeqStmt, Stmt, THREAD_TAGS, seq)
 from .function import IRModule, PrimFunc, root_realize

@@ -343,4 +343,16 @@ def is_const_int(e, value=None) -> bool:
     return isinstance(e, IntImm) and (value is None or e.value == value)
 
 
+def conjuncts(e) -> list:
+    """The terms of ``e`` read as ``a and b and ...`` (a literal true has none).
+
+    >>> i, n = Var("i"), Var("n")
+    >>> [c.script() for c in conjuncts((i < n) & (i >= 0))]   # doctest: +SKIP
+    ['i < n', 'i >= 0']
+    """
+    if isinstance(e, And):
+        return conjuncts(e.a) + conjuncts(e.b)
+    return [] if is_const_int(e, 1) else [e]
+
+
 _ = field  # re-exported for node modules that need default factories

@@ -24,7 +24,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Dict, List, Optional
 
-from .expr import And, IntImm, PrimExpr, Var, is_const_int
+from .expr import And, IntImm, PrimExpr, Var, conjuncts, is_const_int
 from .function import PrimFunc
 from .functor import substitute, uses_var
 from .stmt import Block, BlockRealize, For, IfThenElse, SeqStmt, Stmt, seq
@@ -76,12 +76,6 @@ def _rewrite_realize(r: BlockRealize, path: list, pending) -> BlockRealize:
     return dataclasses.replace(r, block=dataclasses.replace(block, body=body, init=init))
 
 
-def _conjuncts(e: PrimExpr) -> List[PrimExpr]:
-    if isinstance(e, And):
-        return _conjuncts(e.a) + _conjuncts(e.b)
-    return [] if is_const_int(e, 1) else [e]
-
-
 def _separate_init(r: BlockRealize, path: list):
     """``(loop, init statement)`` to run before ``loop``, or None when the init of ``r`` must
     stay in the block (the module docstring lists when)."""
@@ -128,7 +122,7 @@ def _spatial_predicate(pred: PrimExpr, vmap, dropped) -> Optional[PrimExpr]:
     """The conjuncts of ``pred`` on spatial loops (renamed by ``vmap``); None if one mixes
     spatial and dropped (reduction) loops."""
     conds = []
-    for c in _conjuncts(pred):
+    for c in conjuncts(pred):
         on_dropped = any(uses_var(c, v) for v in dropped)
         if on_dropped and any(uses_var(c, v) for v in vmap):
             return None

@@ -34,14 +34,8 @@ from ..arith import Analyzer
 from ..ir import (GE, And, Block, BlockRealize, BufferLoad, BufferStore, Evaluate, For, IfThenElse,
                   IntImm, LT, Max, Min, PrimExpr, Range, SeqStmt, Stmt, Var, collect, substitute,
                   transform)
-from ..ir.expr import is_const_int
+from ..ir.expr import conjuncts, is_const_int
 from ..schedule.regions import bound, free_of, loop_ranges
-
-
-def _conjuncts(cond: PrimExpr) -> List[PrimExpr]:
-    if isinstance(cond, And):
-        return _conjuncts(cond.a) + _conjuncts(cond.b)
-    return [cond]
 
 
 def _stepping(c: PrimExpr, v: Var, ana: Analyzer):
@@ -63,7 +57,7 @@ def _holds_below(cond: PrimExpr, v: Var, inner: List[For], ana: Analyzer):
     conjuncts free of ``v`` (a guard of another loop: a tile's rows, when ``v`` walks its
     columns), which stay; or None if a conjunct on ``v`` is not of that form or none is."""
     parts, rest_conds = [], []
-    for c in _conjuncts(cond):
+    for c in conjuncts(cond):
         if free_of(c, [v]):
             rest_conds.append(c)
             continue
@@ -172,9 +166,9 @@ def _rows_left(cond: PrimExpr, v: Var, inner: List[For], ana: Analyzer):
     (R, the conjuncts, each one's ``u`` or None if it is not on ``v``), where ``R = -off - s *
     v`` is the same for every conjunct (the rows left: the guard is ``u < R``); else None."""
     loops = {f.loop_var: f for f in inner}
-    conjuncts = _conjuncts(cond)
+    parts = conjuncts(cond)
     left, us = None, []
-    for c in conjuncts:
+    for c in parts:
         if free_of(c, [v]):
             us.append(None)
             continue
@@ -196,7 +190,7 @@ def _rows_left(cond: PrimExpr, v: Var, inner: List[For], ana: Analyzer):
             return None
         left = r
         us.append(u)
-    return left, conjuncts, us
+    return left, parts, us
 
 
 def _clamped(body: Stmt, v: Var, guards, ana: Analyzer, sizes: List[Var]) -> Stmt:
@@ -226,7 +220,7 @@ def _clamped(body: Stmt, v: Var, guards, ana: Analyzer, sizes: List[Var]) -> Stm
         store = n.then_case if form is not None else None
         if not isinstance(store, BufferStore) or store.buffer not in scratch:
             return None
-        _, conjuncts, us = form
+        _, parts, us = form
         rows = {u: Min(u, last) for u in us if u is not None}
 
         def clamp(x):
@@ -234,7 +228,7 @@ def _clamped(body: Stmt, v: Var, guards, ana: Analyzer, sizes: List[Var]) -> Stm
                 return BufferLoad(x.buffer, tuple(substitute(i, rows) for i in x.indices))
             return None
         out = BufferStore(store.buffer, transform(store.value, clamp), store.indices)
-        rest = [c for c, u in zip(conjuncts, us) if u is None]
+        rest = [c for c, u in zip(parts, us) if u is None]
         for c in rest:
             out = IfThenElse(c, out, None)
         return out

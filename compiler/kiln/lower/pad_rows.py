@@ -15,7 +15,9 @@ from __future__ import annotations
 
 from typing import Dict
 
-from ..ir import Block, Buffer, BufferLoad, BufferRegion, BufferStore, IntImm, PrimFunc, transform
+from ..arith import simplify
+from ..ir import (Block, Buffer, BufferLoad, BufferRegion, BufferStore, IntImm, PrimFunc, is_const_int,
+                  transform)
 from ..ir import dtype as dt
 from ..ir.functor import pre_order_visit
 
@@ -24,7 +26,8 @@ LINE_BYTES = 64
 
 def padded_row(extent, dtype: str):
     """``extent`` rounded up to whole 64-byte lines of ``dtype`` elements, or None when it is
-    constant or the elements do not divide a line.
+    constant, already whole lines (``(n + 63) // 64 * 64`` floats), or the elements do not
+    divide a line.
 
     >>> from kiln.ir import Var
     >>> padded_row(Var("n"), "float32")     # (n + 15) // 16 * 16
@@ -35,6 +38,8 @@ def padded_row(extent, dtype: str):
     if bits % 8 or LINE_BYTES % (bits // 8):
         return None
     per_line = LINE_BYTES // (bits // 8)
+    if is_const_int(simplify(extent % per_line), 0):
+        return None
     return (extent + (per_line - 1)) // per_line * per_line
 
 

@@ -30,19 +30,13 @@ from __future__ import annotations
 from typing import Dict, List, Optional, Tuple
 
 from ..arith import Analyzer
-from ..ir import (And, Block, BlockRealize, For, GE, GT, IfThenElse, IntImm, LE, LT, Range, Select,
+from ..ir import (Block, BlockRealize, For, GE, GT, IfThenElse, IntImm, LE, LT, Range, Select,
                   SeqStmt, Var, collect, substitute)
-from ..ir.expr import is_const_int
+from ..ir.expr import conjuncts, is_const_int
 from ..schedule.regions import bound, free_of, loop_ranges
 
 # Below this many lanes in the middle the split is not worth two more loops.
 MIN_INTERIOR = 4
-
-
-def _conjuncts(cond) -> list:
-    if isinstance(cond, And):
-        return _conjuncts(cond.a) + _conjuncts(cond.b)
-    return [cond]
 
 
 def _true_range(c, v: Var, ranges: Dict[Var, Range], ana: Analyzer
@@ -94,7 +88,7 @@ def _interior(loop: For, outer: Dict[Var, Range], ana: Analyzer) -> Optional[Tup
     lo, hi = start, end
     found = False
     for cond in _conditions(loop.body):
-        for c in _conjuncts(cond):
+        for c in conjuncts(cond):
             used = collect(c, Var)
             if not any(x is v for x in used) or any(x is not v and x not in ranges for x in used):
                 continue        # lane-invariant (a row condition), or in unknown variables

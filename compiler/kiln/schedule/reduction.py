@@ -9,7 +9,7 @@ from typing import Dict, List
 
 from ..arith import Analyzer
 from ..ir import (And, Block, BlockRealize, BufferRegion, For, IfThenElse, IntImm, IterVar,
-                  PrimExpr, Range, SeqStmt, Var, is_const_int, seq, substitute, transform, uses_var,
+                  PrimExpr, Range, SeqStmt, Var, conjuncts, seq, substitute, transform, uses_var,
                   replace_stmts)
 from .regions import load_regions, loop_ranges
 from .scope import block_names, scope_of, unique_name
@@ -119,7 +119,7 @@ class ReductionPrimitives:
 
         # The predicate: keep the conjuncts on spatial loops, drop those only on dropped ones.
         conds: List[PrimExpr] = []
-        for c in _conjuncts(r.predicate):
+        for c in conjuncts(r.predicate):
             on_dropped = any(uses_var(c, v) for v in dropped)
             on_kept = any(uses_var(c, v) for v in vmap)
             if on_dropped and on_kept:
@@ -158,12 +158,6 @@ class ReductionPrimitives:
                          pre=lambda n: seq(stmt, new_f) if n is f else None)
         self._replace(scope, dataclasses.replace(scope, body=body))
         return BlockRV(init_name)
-
-
-def _conjuncts(e: PrimExpr) -> List[PrimExpr]:
-    if isinstance(e, And):
-        return _conjuncts(e.a) + _conjuncts(e.b)
-    return [] if is_const_int(e, 1) else [e]
 
 
 def _flatten(n):
