@@ -4,7 +4,8 @@ PyTorch eager, all in one process on one thread (or ``--threads N``, each of the
 
     .venv/bin/python bench/llm.py [--rounds 7] [--calls 10] [--layers 4 --width 256] [--threads 2]
 
-Measures prefill of 16 and 128 tokens and one decode step (one token; the cache holds its
+Measures prefill of 16, 60 and 128 tokens (``--prompts``; 60 is no multiple of the kernels'
+tiles) and one decode step (one token; the cache holds its
 length, which is set back before each timed call) at contexts 16, 128 and 512. Each
 measurement alternates the three implementations round by round (``onnx_models.alternate``:
 a pause and warm-up calls before ``--calls`` timed calls a round) and reports the median. The outputs are checked first: the
@@ -75,7 +76,7 @@ def cases(ref, vm, sess, args):
             feeds[f"past_key_{i}"], feeds[f"past_value_{i}"] = past[2 * i], past[2 * i + 1]
         return feeds
 
-    for n in (16, 128):
+    for n in args.prompts:
         kv = vm["create_cache"]()
         ids = tokens[:, :n]
         empty = [np.zeros((1, heads, 0, hd), np.float32) for _ in range(2 * layers)]
@@ -135,7 +136,11 @@ def main():
     p.add_argument("--vocab", type=int, default=2048)
     p.add_argument("--ctx", type=int, default=640)
     p.add_argument("--threads", type=int, default=1, help="threads of each of the three")
+    p.add_argument("--prompts", type=lambda t: [int(x) for x in t.split(",")], default=[16, 60, 128],
+                   help="prompt lengths to prefill, comma-separated (default 16,60,128)")
     args = p.parse_args()
+    if not args.prompts or min(args.prompts) < 1 or max(args.prompts) > args.ctx:
+        p.error(f"--prompts must be lengths from 1 to --ctx {args.ctx}, got {args.prompts}")
     if args.threads < 1:
         p.error(f"--threads must be at least 1, got {args.threads}")
     ref, vm, sess, compile_s = build(args)
