@@ -1,5 +1,6 @@
 """Models beyond the four of bench/onnx_models.py, none of which the tests tune for: exported
-from torchvision and transformers at opset 17 (random weights, perturbed so that no constant
+from torchvision, transformers and torch.nn (an audio front end of 1-D convs, an LSTM, a
+transformer encoder) at opset 17 (random weights, perturbed so that no constant
 hides a wrong result), compiled with ``kiln compile`` in a child process, checked against
 onnxruntime (relative 1e-4), then timed against it at 1 and 2 threads in alternating rounds.
 
@@ -49,12 +50,41 @@ def _vision(name):
     return lambda tv, torch: (getattr(tv.models, name)(weights=None), torch.randn(1, 3, 224, 224))
 
 
+def _audio_frontend(tv, torch):
+    # wav2vec 2.0's feature encoder, narrowed: 1-D convs, GELU, one second at 16 kHz
+    nn = torch.nn
+    layers = [nn.Conv1d(1, 64, 10, 5), nn.GELU()]
+    for _ in range(4):
+        layers += [nn.Conv1d(64, 64, 3, 2), nn.GELU()]
+    return nn.Sequential(*layers, nn.Conv1d(64, 128, 2, 2)), torch.randn(1, 1, 16000)
+
+
+def _lstm(tv, torch):
+    class Tagger(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lstm = torch.nn.LSTM(128, 256, 2, batch_first=True)
+            self.out = torch.nn.Linear(256, 10)
+
+        def forward(self, x):
+            return self.out(self.lstm(x)[0])
+    return Tagger(), torch.randn(1, 50, 128)
+
+
+def _encoder(tv, torch):
+    layer = torch.nn.TransformerEncoderLayer(256, 4, 1024, dropout=0.0, batch_first=True)
+    return torch.nn.TransformerEncoder(layer, 4), torch.randn(1, 128, 256)
+
+
 MODELS = {
     "vit": lambda tv, torch: _vit(tv.models, torch),
     "bert": _bert,
     "resnet50": _vision("resnet50"),
     "efficientnet_b0": _vision("efficientnet_b0"),
     "mobilenet_v3_small": _vision("mobilenet_v3_small"),
+    "audio_frontend": _audio_frontend,
+    "lstm": _lstm,
+    "transformer_encoder": _encoder,
 }
 
 

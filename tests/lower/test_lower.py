@@ -114,3 +114,25 @@ def test_compaction_renames_the_buffer_in_blocks_that_stay():
     b = kiln.nd.array(np.zeros(4, "float32"))
     rt(kiln.nd.array(a), b)
     np.testing.assert_array_equal(b.numpy(), a.max(1))
+
+
+def test_compaction_through_a_fused_loop_of_distinct_tiles():
+    """A tile indexed by a fused loop's ``f % 4`` and ``f // 4`` (a conv's image rows and
+    channel blocks fused into one parallel loop): neither steps past the tile alone, but no two
+    iterations share one, so the tile is allocated per iteration (a few registers) rather than
+    as a whole-output buffer all iterations share."""
+    n = 8
+    sch = kiln.Schedule(_matmul(n))
+    c = sch.get_block("C")
+    i, j, k = sch.get_loops(c)
+    j0, j1 = sch.split(j, factors=[None, 4])
+    sch.reorder(j0, i, k, j1)
+    wb = sch.cache_write(c, 0, "local")
+    sch.reverse_compute_at(wb, i)
+    sch.decompose_reduction(c, k)
+    sch.parallel(sch.fuse(j0, i))
+    low = lower_prim_func(sch.mod["main"])
+    assert not low.root_block.alloc_buffers
+    (scope,) = [b for b in collect(low.body, Block) if b.alloc_buffers]
+    assert [s.value for s in scope.alloc_buffers[0].shape] == [1, 4]
+    _run(low, n)

@@ -17,9 +17,12 @@ from __future__ import annotations
 
 from typing import Dict, List, Optional, Sequence, Tuple
 
+import numpy as np
+
 from ..arith import Analyzer
 from ..ir import (Block, BlockRealize, Buffer, BufferLoad, BufferRegion, BufferStore, For, IfThenElse,
-                  IntImm, PrimFunc, Range, SeqStmt, Stmt, Var, transform)
+                  IntImm, PrimFunc, Range, SeqStmt, Stmt, Var, is_const_int, transform)
+from ..ir.expr import Add, FloorDiv, FloorMod, Mul, Sub
 from ..schedule.regions import bound, free_of, loop_ranges
 
 
@@ -85,7 +88,50 @@ def _disjoint_iterations(loop: For, extents, offsets) -> bool:
         step = ana.simplify(substitute(off, {v: v + 1}) - off)
         if isinstance(step, IntImm) and abs(step.value) >= ext.value:
             return True
-    return False
+    return _distinct_points(loop, extents, offsets)
+
+
+# The most iterations ``_distinct_points`` enumerates.
+ENUMERATE_MOST = 1 << 16
+
+
+def _distinct_points(loop: For, extents, offsets) -> bool:
+    """True if, over every iteration of ``loop`` (enumerated), the regions start at multiples
+    of their extents in the dimensions that move with it and no two iterations share those
+    starts: a fused loop (``n_y_ob_fused``) indexes a tile by ``fused % 16`` and ``fused //
+    16``, neither of which steps past the tile alone."""
+    from ..ir import uses_var
+    v = loop.loop_var
+    moving = [d for d, off in enumerate(offsets) if uses_var(off, v)]
+    n = getattr(loop.extent, "value", None)
+    if not moving or n is None or n > ENUMERATE_MOST or not is_const_int(loop.min, 0):
+        return False
+    ks = np.arange(n, dtype=np.int64)
+    keys = []
+    for d in moving:
+        starts = _values(offsets[d], v, ks)
+        if starts is None or np.any(starts % extents[d].value):
+            return False
+        keys.append(starts // extents[d].value)
+    return len(set(zip(*(k.tolist() for k in keys)))) == n
+
+
+def _values(e, v: Var, ks: np.ndarray):
+    """``e`` at ``v`` = each of ``ks`` (numpy, floor division as the IR's), or None when ``e``
+    holds anything but integer constants, ``v`` and ``+ - * // %``."""
+    if e is v:
+        return ks
+    if isinstance(e, IntImm):
+        return np.full_like(ks, e.value)
+    ops = {Add: np.add, Sub: np.subtract, Mul: np.multiply, FloorDiv: np.floor_divide,
+           FloorMod: np.mod}
+    op = ops.get(type(e))
+    if op is None:
+        return None
+    a, b = _values(e.a, v, ks), _values(e.b, v, ks)
+    if a is None or b is None or (type(e) in (FloorDiv, FloorMod) and np.any(b == 0)):
+        return None
+    return op(a, b)
 
 
 def _plan(buf: Buffer, accesses, lca: For) -> Optional[Tuple[Buffer, List]]:

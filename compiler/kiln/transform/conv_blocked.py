@@ -190,6 +190,11 @@ def tile_plan(bn: int, height: int, width: int, ctx: PassContext) -> Tuple[int, 
     short: 7 wide gets 5 x 16 over 49 pixels (10 tiles) instead of 4 + 3 per row (14), 14
     wide 6 x 16 over 196 (33) instead of 5 + 5 + 4 (42); 28 and wider stay per row."""
     xt = pixel_tile(width, bn, ctx)
+    if height == 1:
+        # (one row is one flat run, its tiles never crossing a row; the flat form's schedule
+        # can split the run among the cores, which a chain of 1-D convs needs: each core then
+        # reads the samples it wrote)
+        return xt, True, tile_score(width, bn, xt, ctx)
     best = (xt, False, tile_score(width, bn, xt, ctx))
     if height > 1:
         over = STEP_OVERHEAD + FLAT_OVERHEAD

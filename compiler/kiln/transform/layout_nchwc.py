@@ -150,7 +150,9 @@ def _channel_axis_size(shape, channels: int) -> Optional[int]:
     return full[1] if full[1] in (1, channels) else None
 
 
-def _elementwise(call: Call) -> bool:
+def elementwise(call: Call) -> bool:
+    """An elementwise or broadcast operator whose attributes name no axis or shape, so it may
+    run on its operands in another layout."""
     if not is_op_call(call) or call.op in _NOT_ELEMENTWISE:
         return False
     try:
@@ -222,7 +224,7 @@ def _candidate(var: GraphVar, call: Call, nodes, ctx: PassContext) -> Optional[_
         o = call.ty.static_shape()[1]
         blocks = conv_blocked.channel_blocks(o, ctx)
         return _Node(var, call, "winograd_output", blocks[0]) if blocks else None
-    if _elementwise(call):
+    if elementwise(call):
         if not any(isinstance(a, GraphVar) and a in nodes for a in call.args):
             return None
         return _elementwise_candidate(var, call, nodes)

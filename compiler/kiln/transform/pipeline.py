@@ -12,6 +12,8 @@
                              references, before anything else sees them
     eliminate_common_subexpr merge identical calls ...
     dead_code_elimination    ... and drop what is left unused, so fusion sees true use counts
+    conv1d_as_2d             a conv1d with a constant weight becomes a conv2d of height 1,
+                             channel-blocked like one (PassContext(conv_blocking=False): off)
     conv_winograd            3x3 stride-1 convs with a constant weight that the cost rule
                              says are faster as Winograd F(4x4, 3x3) become its three
                              operators (docs/winograd.md; PassContext(winograd=False): off)
@@ -38,6 +40,7 @@ from typing import Callable, Dict, List, Optional
 from .dead_code_elimination import dead_code_elimination
 from .default_schedule import default_schedule
 from .eliminate_common_subexpr import eliminate_common_subexpr
+from .conv1d_as_2d import conv1d_as_2d
 from .conv_winograd import conv_winograd
 from .fold_constant import fold_constant
 from .fuse_attention import fuse_attention
@@ -57,6 +60,7 @@ def _default(ctx: PassContext) -> List[Pass]:
         fold_constant(ctx),
         eliminate_common_subexpr(),
         dead_code_elimination(),
+        conv1d_as_2d(ctx),
         *([conv_winograd(ctx)] if ctx.winograd else []),
         fuse_attention(ctx),
         *([convert_layout_nchwc(ctx)] if ctx.nchwc_layout else []),
