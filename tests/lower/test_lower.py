@@ -117,10 +117,10 @@ def test_compaction_renames_the_buffer_in_blocks_that_stay():
 
 
 def test_compaction_through_a_fused_loop_of_distinct_tiles():
-    """A tile indexed by a fused loop's ``f % 4`` and ``f // 4`` (a conv's image rows and
-    channel blocks fused into one parallel loop): neither steps past the tile alone, but no two
-    iterations share one, so the tile is allocated per iteration (a few registers) rather than
-    as a whole-output buffer all iterations share."""
+    """A tile indexed by a fused loop's ``f % 8`` and ``f // 8 * 4`` (as a conv's image rows
+    and channel blocks fused into one parallel loop): neither steps past the 1 x 4 tile alone,
+    but no two iterations share one, so the tile is allocated per iteration (a few registers)
+    rather than as a whole-output buffer all iterations share."""
     n = 8
     sch = kiln.Schedule(_matmul(n))
     c = sch.get_block("C")

@@ -890,6 +890,30 @@ def test_compute_inline_into_two_consumers_and_a_window():
     check_all(func, sch)
 
 
+def test_compute_inline_into_a_concat_of_many_keeps_the_other_reads():
+    """A block reading 12 intermediates (as a recurrent net's concat of its steps), each inlined
+    in turn: the reads it keeps are the very region objects it had (only the inlined buffer's
+    are merged again, so 100 steps do not re-bound 100 reads 100 times), and the reads at the
+    end are those of the inputs, the program unchanged."""
+    xs = [te.placeholder((4,), "float32", name=f"X{k}") for k in range(12)]
+    def doubled(x, k):
+        return te.compute((4,), lambda i: x[i] * 2.0, name=f"S{k}")
+    steps = [doubled(x, k) for k, x in enumerate(xs)]
+    out = te.compute((4,), lambda i: sum((s[i] for s in steps[1:]), steps[0][i]), name="Out")
+    func = te.create_prim_func(xs + [out])
+    sch = kiln.Schedule(func)
+    def reads():
+        (blk,) = [b for b in kiln.ir.collect(sch.func.body, kiln.ir.Block) if b.name_hint == "Out"]
+        return {rg.buffer.name: rg for rg in blk.reads}
+    for k in range(12):
+        before = reads()
+        sch.compute_inline(sch.get_block(f"S{k}"))
+        kept = reads()
+        assert all(kept[n] is rg for n, rg in before.items() if n.startswith("S") and n != f"S{k}")
+    assert sorted(reads()) == sorted(x.name for x in xs)
+    check_all(func, sch)
+
+
 def test_compute_inline_errors():
     sch = kiln.Schedule(Matmul4)
     with pytest.raises(ScheduleError, match="compute_inline: block 'C' is a reduction block"):

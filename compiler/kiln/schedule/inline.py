@@ -17,6 +17,25 @@ from .scope import Site, is_param, names_buffer, remove, scope_of, site_of, site
 from .state import BlockRV, ScheduleError, ScheduleState, traced
 
 
+def _merged_reads(reads, buf, moved, ana) -> tuple:
+    """``reads`` with ``buf``'s region replaced by the ``moved`` ones, merged per buffer, in
+    order of first appearance. Only the buffers ``moved`` names are merged again; the others
+    keep their regions as they are (a concat of a recurrent net's 100 steps reads 100 buffers:
+    re-bounding all of them at each of its 100 inlines made compute_inline quadratic)."""
+    touched = {id(rg.buffer) for rg in moved}
+    others = [old for old in reads if old.buffer is not buf]
+    if len({id(old.buffer) for old in others}) != len(others):   # (not merged yet: merge all)
+        return merge_regions([rg for old in reads for rg in (moved if old.buffer is buf else [old])], ana)
+    again = {id(rg.buffer): rg for rg in merge_regions(
+        [old for old in others if id(old.buffer) in touched] + list(moved), ana)}
+    out, seen = [], set()
+    for rg in (r for old in reads for r in (moved if old.buffer is buf else [old])):
+        if id(rg.buffer) not in seen:
+            seen.add(id(rg.buffer))
+            out.append(again.get(id(rg.buffer), rg))
+    return tuple(out)
+
+
 class InlinePrimitives:
     """Mixed into ``kiln.Schedule``."""
 
@@ -105,8 +124,7 @@ class InlinePrimitives:
             ana = Analyzer({iv.var: iv.dom for iv in b.iter_vars})
             moved = [_subst_region(rg, dict(zip(store.indices, ld.indices)))
                      for ld in collect(c.block, BufferLoad) if ld.buffer is buf for rg in blk.reads]
-            reads = merge_regions([rg for old in b.reads
-                                   for rg in (moved if old.buffer is buf else [old])], ana)
+            reads = _merged_reads(b.reads, buf, moved, ana)
             new[id(c.realize)] = dataclasses.replace(c.realize,
                                                      block=dataclasses.replace(b, reads=reads))
         body = replace_stmts(scope.body, new, {id(a) for c in consumers for a in c.ancestors})
