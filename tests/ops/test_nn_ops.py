@@ -170,6 +170,19 @@ def test_resize2d_linear(check_op, mode, size, rand):
              {"size": size, "method": "linear", "coordinate_transformation_mode": mode})
 
 
+@pytest.mark.parametrize("method", ["nearest", "linear"])
+@pytest.mark.parametrize("size", [(8, 6), (3, 5)])
+def test_resize2d_of_a_channel_blocked_input(check_op, method, size, rand):
+    """NCHW[b]c (5-D): each pixel's block of channels moves together; the reference blocks the
+    NCHW result again."""
+    check_op("resize2d", [rand((1, 2, 4, 3, 8))], {"size": size, "method": method})
+    x = rand((1, 2, 4, 3, 8))
+    blocked = ops.get("resize2d").reference(x, size=size, method=method)
+    plain = ops.get("resize2d").reference(x.transpose(0, 1, 4, 2, 3).reshape(1, 16, 4, 3), size=size,
+                                           method=method)
+    np.testing.assert_array_equal(blocked.transpose(0, 1, 4, 2, 3).reshape(plain.shape), plain)
+
+
 def test_resize2d_known_values():
     ref = ops.get("resize2d").reference
     x = np.array([[[[1.0, 2.0], [3.0, 4.0]]]], "float32")

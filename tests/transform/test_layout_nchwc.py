@@ -252,6 +252,27 @@ def test_residual_network_with_pools():
     assert sum(s.startswith("pool nchwc") for s in sched.values()) == 3, sched
 
 
+@pytest.mark.parametrize("method,mode,size", [
+    ("linear", "half_pixel", (20, 20)),             # a 2x bilinear upsample (an FPN, a U-Net)
+    ("nearest", "asymmetric", (30, 20)),            # 3x / 2x nearest (a YOLO neck)
+    ("linear", "align_corners", (13, 7)),           # odd sizes, down along the width
+])
+def test_resize_between_convs_runs_blocked(method, mode, size):
+    """conv -> resize2d -> conv: the resize reads and writes the blocked layout (each output
+    pixel's channels one vector from its source pixels'), so the region spans both convs; the
+    result equals the graph interpreter's."""
+    n = Net((1, 8, 10, 10))
+    h = n.op("resize2d", n.conv(n.x, 32, k=3), size=size, method=method,
+             coordinate_transformation_mode=mode)
+    mod = n.module(n.conv(h, 16, k=3, act=None))
+    blocked = convert_layout_nchwc(AVX2_CTX)(mod)
+    (resize,) = [b.value for b in blocked["main"].bindings() if getattr(b.value, "op", None) == "resize2d"]
+    assert len(resize.args[0].ty.static_shape()) == 5 and len(resize.ty.static_shape()) == 5
+    assert _changes(blocked) == (1, 1)
+    _check(mod, ctx=PassContext(winograd=False))
+    _check(mod, target="llvm", ctx=PassContext(winograd=False))
+
+
 def test_adaptive_average_pool_to_one_pixel_is_a_blocked_mean():
     n = Net((1, 8, 6, 6))
     h = n.op("adaptive_avg_pool2d", n.conv(n.conv(n.x, 16, k=3), 16, k=3), output_size=1)

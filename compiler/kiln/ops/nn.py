@@ -453,8 +453,9 @@ _ROUNDING = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
 def _resize_attrs(op, x, attrs):
     a = get_attrs(op, attrs, size=REQUIRED, method="nearest",
                   coordinate_transformation_mode="half_pixel", rounding_method="round_prefer_floor")
-    if x.ndim != 4:
-        raise error(op, f"expects a 4-D NCHW input, got {shape_str(x.shape)}")
+    if x.ndim not in (4, 5):
+        raise error(op, f"expects a 4-D NCHW input (or a 5-D channel-blocked NCHW[b]c one), got "
+                        f"{shape_str(x.shape)}")
     size = _tuple(op, "size", require_attr(op, a, "size"), 2)
     if min(size) < 1:
         raise error(op, f"size {size} must be >= 1")
@@ -472,7 +473,7 @@ def _resize_attrs(op, x, attrs):
 def _infer_resize(types, attrs):
     (x,) = tensor_args("resize2d", types, count=1)
     size, *_ = _resize_attrs("resize2d", x, attrs)
-    return out_type(tuple(x.shape[:2]) + size, x.dtype)
+    return out_type(tuple(x.shape[:2]) + size + tuple(x.shape[4:]), x.dtype)
 
 
 def _source(o, size, out, mode):
@@ -503,17 +504,20 @@ def _nearest(num, den, rounding):
 def _compute_resize(args, attrs):
     (x,) = args
     size, method, mode, rounding = _resize_attrs("resize2d", TensorType(x.shape, x.dtype), attrs)
-    shape = tuple(x.shape[:2]) + size
-    hi = [last_index(d) for d in x.shape[2:]]
+    # (a channel-blocked input keeps its block as a last axis: each output pixel's channels,
+    # a vector, come from one input pixel's, so nothing is gathered)
+    block = tuple(x.shape[4:])
+    shape = tuple(x.shape[:2]) + size + block
+    hi = [last_index(d) for d in x.shape[2:4]]
 
     if method == "nearest":
-        def f(n, c, y, xx):
+        def f(n, c, y, xx, *r):
             idx = [clamp(_nearest(*_source(o, x.shape[2 + d], size[d], mode), rounding), 0, hi[d])
                    for d, o in enumerate((y, xx))]
-            return x[n, c, idx[0], idx[1]]
+            return x[(n, c, idx[0], idx[1]) + r]
         return te.compute(shape, f, name="resize2d")
 
-    def f(n, c, y, xx):
+    def f(n, c, y, xx, *r):
         lo_, up_, frac = [], [], []
         for d, o in enumerate((y, xx)):
             num, den = _source(o, x.shape[2 + d], size[d], mode)
@@ -525,7 +529,8 @@ def _compute_resize(args, attrs):
 
         def lerp(a, b, t):                       # each load appears once in the expression
             return a() if t is None else a() * (literal(1.0, x.dtype) - t) + b() * t
-        row = [lambda yy=yy: lerp(lambda: x[n, c, yy, lo_[1]], lambda: x[n, c, yy, up_[1]], frac[1])
+        row = [lambda yy=yy: lerp(lambda: x[(n, c, yy, lo_[1]) + r], lambda: x[(n, c, yy, up_[1]) + r],
+                                  frac[1])
                for yy in (lo_[0], up_[0])]
         return lerp(row[0], row[1], frac[0])
     return te.compute(shape, f, name="resize2d")
@@ -533,6 +538,11 @@ def _compute_resize(args, attrs):
 
 def _ref_resize(x, size, method="nearest", coordinate_transformation_mode="half_pixel",
                 rounding_method="round_prefer_floor"):
+    if x.ndim == 5:     # NCHW[b]c: the NCHW result, blocked again
+        b = x.shape[4]
+        plain = x.transpose(0, 1, 4, 2, 3).reshape(x.shape[0], -1, *x.shape[2:4])
+        out = _ref_resize(plain, size, method, coordinate_transformation_mode, rounding_method)
+        return out.reshape(out.shape[0], -1, b, *out.shape[2:]).transpose(0, 1, 3, 4, 2)
     mode = coordinate_transformation_mode
     axes = []
     for d in range(2):
@@ -575,7 +585,7 @@ register("resize2d", infer=_infer_resize, compute=_compute_resize, reference=_re
          doc="resize2d(x, size=(h, w), method='nearest'|'linear', coordinate_transformation_mode="
              "'half_pixel'|'align_corners'|'asymmetric'|'pytorch_half_pixel', rounding_method="
              "'round_prefer_floor'|'round_prefer_ceil'|'floor'|'ceil'): ONNX Resize of the two "
-             "spatial dims of NCHW x to ``size``. Source coordinates are computed exactly "
+             "spatial dims of NCHW x (or NCHW[b]c, 5-D) to ``size``. Source coordinates are computed exactly "
              "(integer arithmetic), so nearest never flips on a rounding tie; linear clamps "
              "neighbours to the edge (ONNX and PyTorch agree). rounding_method applies to "
              "nearest only (ONNX's nearest_mode).")

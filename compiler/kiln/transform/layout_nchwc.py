@@ -13,7 +13,9 @@ vectors and every depthwise tap is one contiguous vector load:
   separate repack of the graph's input);
 - a depthwise ``conv2d`` (groups = C = O) of a blocked input becomes
   ``depthwise_conv2d_nchwc`` (block of its input, weight ``[C/b, KH, KW, b]``);
-- ``max_pool2d`` / ``avg_pool2d`` of a blocked input become their ``_nchwc`` operators;
+- ``max_pool2d`` / ``avg_pool2d`` of a blocked input become their ``_nchwc`` operators, and a
+  ``resize2d`` (upsampling) reads and writes it blocked, each output pixel's channels one
+  vector from its source pixels' (in NCHW every output vector gathered its inputs);
   ``mean`` / ``sum`` / ``max`` / ``min`` over the spatial axes (global pooling; an
   ``adaptive_avg_pool2d`` to 1 x 1 becomes such a ``mean``), a ``batch_norm`` with constant
   parameters (as a multiply and an add) and elementwise
@@ -72,7 +74,7 @@ MIN_CONVS = 2
 _NOT_ELEMENTWISE = ("batch_norm", "broadcast_to")
 _REDUCTIONS = ("mean", "sum", "max", "min")
 _POOLS = {"max_pool2d": "max_pool2d_nchwc", "avg_pool2d": "avg_pool2d_nchwc"}
-_HEAVY = ("conv", "depthwise", "pool", "reduce", "winograd_input")
+_HEAVY = ("conv", "depthwise", "pool", "resize", "reduce", "winograd_input")
 # Nodes that make a blocked value from operands that have no layout (like a conv's output),
 # and nodes whose result has no layout (a sink of blocked values).
 _PRODUCERS = ("conv", "winograd_output")
@@ -98,7 +100,7 @@ class _Node:
     """A binding that may run channel-blocked: its kind, the block of its blocked result."""
     var: GraphVar
     call: Call
-    kind: str                    # "conv", "depthwise", "pool", "reduce", "elementwise",
+    kind: str                    # "conv", "depthwise", "pool", "resize", "reduce", "elementwise",
     #                              "batch_norm", "winograd_input" or "winograd_output"
     block: int
     inputs: List[GraphVar] = field(default_factory=list)   # var arguments that arrive blocked
@@ -236,6 +238,8 @@ def _candidate(var: GraphVar, call: Call, nodes, ctx: PassContext) -> Optional[_
         return _Node(var, call, "depthwise", src.block, [arg0])
     if call.op in _POOLS and _static_f32(call.ty) and len(call.ty.static_shape()) == 4:
         return _Node(var, call, "pool", src.block, [arg0])
+    if call.op == "resize2d" and _static_f32(call.ty) and len(call.ty.static_shape()) == 4:
+        return _Node(var, call, "resize", src.block, [arg0])
     if _spatial_reduction(call):
         return _Node(var, call, "reduce", src.block, [arg0])
     if _constant_batch_norm(call):
@@ -422,6 +426,8 @@ class _Rewriter:
             return ops.call("depthwise_conv2d_nchwc", xb, Constant(weight), **conv)
         if node.kind == "pool":
             return ops.call(_POOLS[call.op], xb, **attrs)
+        if node.kind == "resize":
+            return ops.call("resize2d", xb, **attrs)
         if node.kind == "batch_norm":
             # x * scale + shift, scale = gamma / sqrt(var + eps), shift = beta - mean * scale
             gamma, beta, mean, var = (a.data.astype(np.float64) for a in call.args[1:])
