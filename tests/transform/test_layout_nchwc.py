@@ -273,6 +273,30 @@ def test_resize_between_convs_runs_blocked(method, mode, size):
     _check(mod, target="llvm", ctx=PassContext(winograd=False))
 
 
+def test_concat_of_blocked_values_runs_blocked():
+    """SqueezeNet's fire module (and DenseNet's concat): two convs of one input concatenated
+    along the channels, then a conv. Each part a whole number of blocks: the blocked values
+    are concatenated along the block axis, one region; a part that is not (12 channels) ends
+    the region there. Results equal the graph interpreter's."""
+    n = Net((1, 16, 12, 12))
+    s = n.conv(n.x, 32)
+    h = n.op("concat", n.conv(s, 32), n.conv(s, 64, k=3), axis=1)
+    mod = n.module(n.conv(h, 32, k=3, act=None))
+    blocked = convert_layout_nchwc(AVX2_CTX)(mod)
+    (cat,) = [b.value for b in blocked["main"].bindings() if getattr(b.value, "op", None) == "concat"]
+    assert all(len(a.ty.static_shape()) == 5 for a in cat.args)
+    assert _changes(blocked) == (1, 1)
+    _check(mod, ctx=PassContext(winograd=False))
+
+    n = Net((1, 16, 12, 12))
+    h = n.op("concat", n.conv(n.x, 32), n.conv(n.x, 12), axis=1)
+    mod = n.module(n.conv(h, 32, k=3, act=None))
+    (cat,) = [b.value for b in convert_layout_nchwc(AVX2_CTX)(mod)["main"].bindings()
+              if getattr(b.value, "op", None) == "concat"]
+    assert all(len(a.ty.static_shape()) == 4 for a in cat.args)
+    _check(mod, ctx=PassContext(winograd=False))
+
+
 def test_adaptive_average_pool_to_one_pixel_is_a_blocked_mean():
     n = Net((1, 8, 6, 6))
     h = n.op("adaptive_avg_pool2d", n.conv(n.conv(n.x, 16, k=3), 16, k=3), output_size=1)

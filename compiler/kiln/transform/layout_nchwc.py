@@ -16,6 +16,8 @@ vectors and every depthwise tap is one contiguous vector load:
 - ``max_pool2d`` / ``avg_pool2d`` of a blocked input become their ``_nchwc`` operators, and a
   ``resize2d`` (upsampling) reads and writes it blocked, each output pixel's channels one
   vector from its source pixels' (in NCHW every output vector gathered its inputs);
+- a ``concat`` along the channels whose parts are each a whole number of blocks concatenates
+  the blocked parts along the channel-block axis (a part that arrives in NCHW is re-laid out);
   ``mean`` / ``sum`` / ``max`` / ``min`` over the spatial axes (global pooling; an
   ``adaptive_avg_pool2d`` to 1 x 1 becomes such a ``mean``), a ``batch_norm`` with constant
   parameters (as a multiply and an add) and elementwise
@@ -23,8 +25,8 @@ vectors and every depthwise tap is one contiguous vector load:
   blocked operand run on the 5-D tensors as they are, their constant operands (a bias
   ``[1, C, 1, 1]``) re-laid out here as ``[1, C/b, 1, 1, b]``;
 - everything else (flatten, reshape, linear, Winograd transforms, grouped convs, channel
-  counts not a multiple of 8) reads NCHW: a ``layout_transform`` back to NCHW is bound to the
-  original variable right after the blocked value, once, for all of them.
+  counts not a multiple of 8, other concats) reads NCHW: a ``layout_transform`` back to NCHW
+  is bound to the original variable right after the blocked value, once, for all of them.
 
 Before (``lv3 = relu(conv2d(lv1) + b)`` feeding another conv)::
 
@@ -230,6 +232,8 @@ def _candidate(var: GraphVar, call: Call, nodes, ctx: PassContext) -> Optional[_
         if not any(isinstance(a, GraphVar) and a in nodes for a in call.args):
             return None
         return _elementwise_candidate(var, call, nodes)
+    if call.op == "concat":
+        return _concat_candidate(var, call, nodes)
     if src is None:
         return None
     if call.op == "winograd_input":
@@ -277,6 +281,25 @@ def _elementwise_candidate(var: GraphVar, call: Call, nodes) -> Optional[_Node]:
         elif a not in nodes and (len(shape) != 4 or shape[1] != out[1]):
             return None        # a run-time operand that has no blocked form here
     return _Node(var, call, "elementwise", block, list(dict.fromkeys(blocked)))
+
+
+def _concat_candidate(var: GraphVar, call: Call, nodes) -> Optional[_Node]:
+    """A concat along the channels of 4-D values, one of them blocked, each a whole number of
+    blocks: the blocked values concatenated along the channel-block axis are the blocked
+    result (DenseNet's and SqueezeNet's concats; the others are re-laid out once)."""
+    out = call.ty.static_shape()
+    if out is None or len(out) != 4 or not _static_f32(call.ty) or \
+            normalize_axes("concat", dict(call.attrs).get("axis", 0), 4) != (1,):
+        return None
+    blocked = [a for a in call.args if isinstance(a, GraphVar) and a in nodes]
+    if not blocked:
+        return None
+    block = nodes[blocked[0]].block
+    for a in call.args:
+        shape = a.ty.static_shape() if isinstance(a.ty, TensorType) else None
+        if not isinstance(a, GraphVar) or shape is None or len(shape) != 4 or shape[1] % block:
+            return None
+    return _Node(var, call, "concat", block, list(dict.fromkeys(blocked)))
 
 
 # ---- which regions ----------------------------------------------------------------------------
@@ -335,7 +358,7 @@ def _settle(nodes: Dict[GraphVar, _Node]) -> Dict[GraphVar, _Node]:
             continue
         if not n.inputs:
             continue                     # no blocked input after all: stays NCHW
-        if n.kind == "elementwise" and not n.demanded and any(
+        if n.kind in ("elementwise", "concat") and not n.demanded and any(
                 isinstance(a, GraphVar) and a not in stored for a in n.call.args):
             continue     # it would re-lay out an NCHW operand for a result wanted in NCHW
         out[v] = n
@@ -428,6 +451,9 @@ class _Rewriter:
             return ops.call(_POOLS[call.op], xb, **attrs)
         if node.kind == "resize":
             return ops.call("resize2d", xb, **attrs)
+        if node.kind == "concat":
+            return ops.call("concat", *[self.as_blocked(em, a, node.block) for a in call.args],
+                            axis=1)
         if node.kind == "batch_norm":
             # x * scale + shift, scale = gamma / sqrt(var + eps), shift = beta - mean * scale
             gamma, beta, mean, var = (a.data.astype(np.float64) for a in call.args[1:])
