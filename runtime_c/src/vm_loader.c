@@ -45,14 +45,20 @@ static uint64_t load_le(const uint8_t* p, unsigned n) {
 
 int kiln_vm_shape_nbytes(const int64_t* shape, int64_t ndim, uint64_t elem_bits,
                          uint64_t* out_nbytes) {
-  uint64_t n = elem_bits;
-  for (int64_t d = 0; d < ndim; ++d)
-    if (shape[d] == 0) n = 0;
-  for (int64_t d = 0; d < ndim && n; ++d) {
+  /* The product of the non-zero extents must fit even when an extent is zero: an empty
+     tensor's strides are products of its other extents (tensor.c, init_header), and a shape
+     of (0, 2^40, 2^40) would overflow them. */
+  uint64_t n = elem_bits ? elem_bits : 1;
+  int empty = elem_bits == 0;
+  for (int64_t d = 0; d < ndim; ++d) {
+    if (shape[d] == 0) {
+      empty = 1;
+      continue;
+    }
     if ((uint64_t)shape[d] > (uint64_t)SIZE_MAX / n) return 0;
     n *= (uint64_t)shape[d];
   }
-  *out_nbytes = (n + 7) / 8; /* sub-byte elements are packed */
+  *out_nbytes = empty ? 0 : (n + 7) / 8; /* sub-byte elements are packed */
   return 1;
 }
 

@@ -224,6 +224,21 @@ def _spec(functions, kernels=("main", "scale"), consts=()):
     return ExecutableSpec("llvm", list(kernels), [], list(consts), functions)
 
 
+def test_an_empty_tensor_whose_other_extents_overflow_is_refused(load_static):
+    """(0, 2^40, 2^40) holds no element, but its strides are products of the other extents
+    (2^80 elements): the loader refuses it as it refuses any shape whose size overflows, so no
+    stride is computed past int64 (a fuzzed blob found this under UBSan)."""
+    ret = [I(Op.RET, [1])]
+    x8 = [ParamSpec("x", "float32", [8])]
+    empty = serialize(_spec([FunctionSpec("f", x8, [], 2, 64, [
+        I(Op.ALLOC_ARENA, [1, 0, 2, 32, 1, 3, 0, 2**40, 2**40])] + ret)]))
+    e = load_error(load_static, empty)
+    assert "instruction 0 (ALLOC_ARENA)" in str(e) and "the tensor's size overflows" in str(e)
+    fine = serialize(_spec([FunctionSpec("f", x8, [], 2, 64, [
+        I(Op.ALLOC_ARENA, [1, 0, 2, 32, 1, 3, 0, 2**20, 2**20])] + ret)]))
+    load_static(fine)
+
+
 def test_spec_level_rules(load_static):
     """Rules the serializer does not check (or cannot express) are checked by the loader."""
     ret0 = [I(Op.RET, [0])]
