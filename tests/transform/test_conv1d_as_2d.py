@@ -47,6 +47,22 @@ def test_the_chain_becomes_2d_with_one_squeeze_at_its_end():
     assert all(r == 4 for v, r in rank.items() if v is not mod["main"].blocks[0].bindings[-1].var)
 
 
+def test_a_residual_input_is_expanded_once():
+    """x feeds the conv and the residual add after it: one expand_dims serves both."""
+    w = Constant(np.random.default_rng(1).standard_normal((8, 8, 3)).astype("float32"))
+
+    def body(emit, x):
+        y = emit("conv1d", x, w, padding=(1, 1))
+        return kiln.ops.call("add", y, x)
+    mod = graph_module([typed("x", (1, 8, 40))], body)
+    out = conv1d_as_2d(PassContext())(mod)
+    assert _ops(out).count("expand_dims") == 1 and _ops(out)[-1] == "squeeze"
+    args = inputs_for(mod)
+    vm = kiln.VirtualMachine(kiln.compile(kiln.get_pipeline("default")(mod), target="llvm"), kiln.cpu())
+    np.testing.assert_allclose(vm["main"](*[kiln.nd.array(a) for a in args]).numpy(),
+                               reference(mod, args), rtol=1e-4, atol=1e-4)
+
+
 def test_the_default_pipeline_blocks_the_chain():
     """Both convs channel-blocked (NCHWc from one to the other), the epilogues in them."""
     out = kiln.get_pipeline("default")(_chain(1, 16, 1000, 64, 10, strides=(5,)))

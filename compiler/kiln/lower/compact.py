@@ -21,7 +21,7 @@ import numpy as np
 
 from ..arith import Analyzer
 from ..ir import (Block, BlockRealize, Buffer, BufferLoad, BufferRegion, BufferStore, For, IfThenElse,
-                  IntImm, PrimFunc, Range, SeqStmt, Stmt, Var, is_const_int, transform)
+                  IntImm, PrimFunc, Range, SeqStmt, Stmt, Var, is_const_int, transform, uses_var)
 from ..ir.expr import Add, FloorDiv, FloorMod, Mul, Sub
 from ..schedule.regions import bound, free_of, loop_ranges
 
@@ -100,7 +100,6 @@ def _distinct_points(loop: For, extents, offsets) -> bool:
     of their extents in the dimensions that move with it and no two iterations share those
     starts: a fused loop (``n_y_ob_fused``) indexes a tile by ``fused % 16`` and ``fused //
     16``, neither of which steps past the tile alone."""
-    from ..ir import uses_var
     v = loop.loop_var
     moving = [d for d, off in enumerate(offsets) if uses_var(off, v)]
     n = getattr(loop.extent, "value", None)
@@ -116,6 +115,10 @@ def _distinct_points(loop: For, extents, offsets) -> bool:
     return len(set(zip(*(k.tolist() for k in keys)))) == n
 
 
+_NUMPY_OPS = {Add: np.add, Sub: np.subtract, Mul: np.multiply, FloorDiv: np.floor_divide,
+              FloorMod: np.mod}
+
+
 def _values(e, v: Var, ks: np.ndarray):
     """``e`` at ``v`` = each of ``ks`` (numpy, floor division as the IR's), or None when ``e``
     holds anything but integer constants, ``v`` and ``+ - * // %``."""
@@ -123,9 +126,7 @@ def _values(e, v: Var, ks: np.ndarray):
         return ks
     if isinstance(e, IntImm):
         return np.full_like(ks, e.value)
-    ops = {Add: np.add, Sub: np.subtract, Mul: np.multiply, FloorDiv: np.floor_divide,
-           FloorMod: np.mod}
-    op = ops.get(type(e))
+    op = _NUMPY_OPS.get(type(e))
     if op is None:
         return None
     a, b = _values(e.a, v, ks), _values(e.b, v, ks)

@@ -22,14 +22,15 @@ def _merged_reads(reads, buf, moved, ana) -> tuple:
     order of first appearance. Only the buffers ``moved`` names are merged again; the others
     keep their regions as they are (a concat of a recurrent net's 100 steps reads 100 buffers:
     re-bounding all of them at each of its 100 inlines made compute_inline quadratic)."""
-    touched = {id(rg.buffer) for rg in moved}
+    replaced = [rg for old in reads for rg in (moved if old.buffer is buf else [old])]
     others = [old for old in reads if old.buffer is not buf]
     if len({id(old.buffer) for old in others}) != len(others):   # (not merged yet: merge all)
-        return merge_regions([rg for old in reads for rg in (moved if old.buffer is buf else [old])], ana)
+        return merge_regions(replaced, ana)
+    touched = {id(rg.buffer) for rg in moved}
     again = {id(rg.buffer): rg for rg in merge_regions(
         [old for old in others if id(old.buffer) in touched] + list(moved), ana)}
     out, seen = [], set()
-    for rg in (r for old in reads for r in (moved if old.buffer is buf else [old])):
+    for rg in replaced:
         if id(rg.buffer) not in seen:
             seen.add(id(rg.buffer))
             out.append(again.get(id(rg.buffer), rg))

@@ -34,6 +34,7 @@ from typing import Dict, Optional
 from .. import ops
 from ..ir import IRModule
 from ..ir.graph import Binding, Call, Constant, GraphExpr, GraphVar, TensorType
+from ..ops.nn import _padding, _tuple
 from .dead_code_elimination import remove_dead_bindings
 from .graph_util import graph_functions, rewrite_function
 from .infra import Pass, PassContext, context
@@ -50,9 +51,10 @@ def conv1d_as_2d(ctx: Optional[PassContext] = None) -> Pass:
         out = mod
         for name, func in graph_functions(mod):
             lifted: Dict[GraphVar, GraphVar] = {}     # a 3-D value -> its 4-D twin
+            expanded: Dict[GraphVar, GraphVar] = {}   # an operand -> its expand_dims, made once
 
             def visit(b: Binding, em, _block):
-                em.emit(b if not isinstance(b.value, Call) else _lift(b, em, lifted))
+                em.emit(b if not isinstance(b.value, Call) else _lift(b, em, lifted, expanded))
             new = rewrite_function(func, visit)
             if lifted:
                 out = out.with_function(name, remove_dead_bindings(new))
@@ -60,21 +62,22 @@ def conv1d_as_2d(ctx: Optional[PassContext] = None) -> Pass:
     return Pass("conv1d_as_2d", run)
 
 
-def _lift(b: Binding, em, lifted) -> Binding:
+def _lift(b: Binding, em, lifted, expanded) -> Binding:
     """Emit the 4-D form of ``b`` when it is a conv1d or an elementwise call of a lifted value
     (recording the twin); return the binding of ``b``'s own variable."""
     call = b.value
     if _convertible(call):
         x, w = call.args
         attrs = dict(call.attrs)
-        (stride,) = tuple(attrs.get("strides", (1,)))
-        (dilation,) = tuple(attrs.get("dilation", (1,)))
-        left, right = _padding(attrs.get("padding", (0, 0)))
-        y4 = ops.call("conv2d", _four_d(x, em, lifted), Constant(w.data[:, :, None, :]),
+        (stride,) = _tuple("conv1d", "strides", attrs.get("strides", 1), 1)
+        (dilation,) = _tuple("conv1d", "dilation", attrs.get("dilation", 1), 1)
+        (left,), (right,) = _padding("conv1d", attrs.get("padding", 0), 1)
+        y4 = ops.call("conv2d", _four_d(x, em, lifted, expanded), Constant(w.data[:, :, None, :]),
                       strides=(1, stride), padding=(0, left, 0, right), dilation=(1, dilation),
                       groups=attrs.get("groups", 1))
     elif elementwise(call) and any(a in lifted for a in call.args) and _rank(call) == 3:
-        y4 = ops.call(call.op, *[_four_d(a, em, lifted) for a in call.args], **dict(call.attrs))
+        y4 = ops.call(call.op, *[_four_d(a, em, lifted, expanded) for a in call.args],
+                      **dict(call.attrs))
     else:
         return b
     twin = em.emit(Binding(GraphVar(f"{b.var.name}_2d", y4.ty), y4))
@@ -82,7 +85,7 @@ def _lift(b: Binding, em, lifted) -> Binding:
     return Binding(b.var, ops.call("squeeze", twin, axis=(2,)))
 
 
-def _four_d(e: GraphExpr, em, lifted) -> GraphExpr:
+def _four_d(e: GraphExpr, em, lifted, expanded) -> GraphExpr:
     """Operand ``e`` of a 3-D (N, C, L) result as an operand of the 4-D (N, C, 1, L) one: its
     twin, or ``e`` with a unit axis before its last when it has two or three axes (a scalar or
     a row of L broadcasts as it is)."""
@@ -93,8 +96,10 @@ def _four_d(e: GraphExpr, em, lifted) -> GraphExpr:
         return e
     if isinstance(e, Constant):
         return Constant(e.data.reshape(e.data.shape[:-1] + (1,) + e.data.shape[-1:]))
-    c = ops.call("expand_dims", e, axis=(rank - 1,))
-    return em.emit(Binding(GraphVar(f"{getattr(e, 'name', 'x')}_2d", c.ty), c))
+    if e not in expanded:
+        c = ops.call("expand_dims", e, axis=(rank - 1,))
+        expanded[e] = em.emit(Binding(GraphVar(f"{getattr(e, 'name', 'x')}_2d", c.ty), c))
+    return expanded[e]
 
 
 def _rank(e) -> Optional[int]:
@@ -110,7 +115,3 @@ def _convertible(call: Call) -> bool:
         isinstance(t, TensorType) and t.dtype == "float32" and t.static_shape() is not None
         for t in (x.ty, w.ty, call.ty))
 
-
-def _padding(p):
-    p = tuple(p) if isinstance(p, (list, tuple)) else (p,)
-    return (p[0], p[0]) if len(p) == 1 else (p[0], p[1])
