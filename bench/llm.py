@@ -126,6 +126,15 @@ def measure(fns, rounds: int, calls: int):
     return {k: v * 1e3 for k, v in alternate(fns, rounds=rounds, per_round=calls).items()}
 
 
+def _lengths(text: str) -> list:
+    """``--prompts``: comma-separated ints."""
+    try:
+        return [int(x) for x in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated token counts such as "
+                                         f"16,60,128, got {text!r}") from None
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--rounds", type=int, default=7)
@@ -136,7 +145,7 @@ def main():
     p.add_argument("--vocab", type=int, default=2048)
     p.add_argument("--ctx", type=int, default=640)
     p.add_argument("--threads", type=int, default=1, help="threads of each of the three")
-    p.add_argument("--prompts", type=lambda t: [int(x) for x in t.split(",")], default=[16, 60, 128],
+    p.add_argument("--prompts", type=_lengths, default=[16, 60, 128],
                    help="prompt lengths to prefill, comma-separated (default 16,60,128)")
     args = p.parse_args()
     if not args.prompts or min(args.prompts) < 1 or max(args.prompts) > args.ctx:
