@@ -77,8 +77,15 @@ wheel: $(VENV)/.installed
 # suite starts hundreds of Python processes (xdist and codegen workers, the CLI, the examples),
 # and without byte code every one of them compiled the sources of torch and Kiln it imports
 # again (`import torch` 3.0 s instead of 1.5; collecting the suite 17 s instead of 8 per worker).
+#
+# The suite compiles models with their weights (a library of 75 MB for ResNet-18) and would
+# leave about 800 MB in Kiln's build cache; its size limit (kiln.codegen.cache_limit) is 512 MB
+# for the suite unless KILN_CACHE_LIMIT says otherwise, and pytest deletes each passing test's
+# tmp_path as it goes (tmp_path_retention_policy in pyproject.toml): a machine with little disk
+# runs it too.
+KILN_CACHE_LIMIT ?= 512M
 PYTEST_XDIST := -n logical --dist worksteal --durations=25
-PYTEST_ENV := PYTHONDONTWRITEBYTECODE=
+PYTEST_ENV := PYTHONDONTWRITEBYTECODE= KILN_CACHE_LIMIT=$(KILN_CACHE_LIMIT)
 test: test-setup
 	$(PYTEST_ENV) $(PY) -m pytest $(PYTEST_XDIST) $(PYTEST_ARGS)
 

@@ -26,10 +26,11 @@ from typing import Callable, Dict, List, Optional
 from llvmlite import ir
 
 from ..ir.function import IRModule, PrimFunc
-from . import objcompile
+from . import cache_limit, objcompile
 from .abi import ENTRY_FN, KernelInfo, emit_library_info, kernel_symbol, lower_kernel
 from .errors import CodegenError
 from .lower import ModuleContext
+from .cache_limit import default_cache_limit
 from .target import Target, llvm_triple, parse_target
 
 # Bump when the generated code changes for the same input, so cached libraries are rebuilt.
@@ -61,10 +62,13 @@ def find_cc() -> str:
 
 @dataclass(frozen=True)
 class BuildOptions:
-    """How libraries are built: where they are cached, which C compiler links them, and how
-    many processes run LLVM (``jobs``: 0 = one per CPU this process may use, at most 8; 1 = all
-    in this process). ``jobs`` changes only the time a build takes, never the library."""
+    """How libraries are built: where they are cached and how big that folder may grow
+    (``cache_limit`` bytes, 0 = no limit; ``kiln.codegen.cache_limit``), which C compiler links
+    them, and how many processes run LLVM (``jobs``: 0 = one per CPU this process may use, at
+    most 8; 1 = all in this process). ``jobs`` changes only the time a build takes, never the
+    library."""
     cache_dir: str = field(default_factory=default_cache_dir)
+    cache_limit: int = field(default_factory=default_cache_limit)
     cc: str = field(default_factory=find_cc)
     opt_level: int = 3
     jobs: int = 0
@@ -315,7 +319,7 @@ def build_library(mod, target="llvm", options: Optional[BuildOptions] = None, *,
     identify their content (it joins the cache key). ``kiln.executable`` links the executable
     blob this way (with ``allow_empty`` for models made only of external functions).
     """
-    from .worker import KernelJob, code_digest, compile_object, key_of
+    from .worker import KernelJob, code_digest
     options = options or BuildOptions()
     target = parse_target(target)
     # A foreign triple links with its cross toolchain (kiln.codegen.toolchain); this raises,
@@ -332,6 +336,22 @@ def build_library(mod, target="llvm", options: Optional[BuildOptions] = None, *,
             for name, func in mod.items() if isinstance(func, PrimFunc)]
     if not jobs and not allow_empty:
         raise CodegenError("the module has no tensor programs (PrimFuncs) to compile")
+    # Another process trimming the cache (kiln.codegen.cache_limit) may remove an object this
+    # build found there before it is linked: the second attempt compiles it again.
+    for attempt in range(2):
+        path = _build_once(jobs, target, options, salt, objects_dir, link_cc, extra_objects,
+                           extra_key)
+        if path is not None:
+            return path
+    raise CodegenError("the build cache lost kernel objects twice while linking; is another "
+                       f"process removing files from {options.cache_dir}?")
+
+
+def _build_once(jobs, target: Target, options: BuildOptions, salt, objects_dir: str,
+                link_cc: List[str], extra_objects, extra_key: str) -> Optional[str]:
+    """One attempt of ``build_library``: the library's path, or None when an object it needs
+    went missing from the cache before the link."""
+    from .worker import compile_object, key_of
     with tempfile.TemporaryDirectory(dir=options.cache_dir) as tmp:
         nproc = _jobs(options) if sys.executable else 1
         results = _KernelQueue(jobs, nproc, tmp).run()
@@ -347,9 +367,11 @@ def build_library(mod, target="llvm", options: Optional[BuildOptions] = None, *,
                            options.opt_level)
         lib_key = key_of(salt, "\0".join(keys + ([extra_key] if extra_key else [])))
         lib_path = os.path.join(options.cache_dir, f"kiln_{lib_key}.so")
-        if os.path.exists(lib_path):
+        if cache_limit.touch(lib_path):
             return lib_path
         objs = [os.path.join(objects_dir, f"{k}.o") for k in keys]
+        if not all([cache_limit.touch(o) for o in objs]):   # every one touched: all are in use
+            return None
         objs += list(extra_objects(target, tmp) if extra_objects else [])
         out = os.path.join(tmp, "kernels.so")
         cmd = [*link_cc, "-shared", "-fPIC", "-o", out, *objs, "-lm"]
@@ -361,5 +383,7 @@ def build_library(mod, target="llvm", options: Optional[BuildOptions] = None, *,
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
             raise CodegenError(f"linking failed: {' '.join(cmd)}\n{proc.stderr.strip()}")
+        size = os.path.getsize(out)
         os.replace(out, lib_path)  # atomic: concurrent builders never see a half-written library
+    cache_limit.after_build(options.cache_dir, options.cache_limit, size)
     return lib_path

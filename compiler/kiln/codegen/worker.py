@@ -23,6 +23,8 @@ import sys
 from dataclasses import dataclass, replace
 from typing import Optional
 
+from .cache_limit import touch
+
 BOOT = ("import json, sys; sys.path[:] = json.loads(sys.argv[1]); "
         "from kiln.codegen.worker import main; main()")
 
@@ -113,8 +115,9 @@ def _read_lowered(path: str, objects_dir: str):
     hit = read_record(path)
     if not (isinstance(hit, tuple) and len(hit) == 3 and isinstance(hit[0], str)):
         return None
-    if not os.path.exists(os.path.join(objects_dir, f"{hit[0]}.o")):
+    if not touch(os.path.join(objects_dir, f"{hit[0]}.o")):
         return None
+    touch(path)
     return hit
 
 
@@ -143,7 +146,7 @@ def compile_object(path: str, text: str, what: str, target, opt_level: int) -> N
     """Write the object code of the LLVM IR ``text`` (not optimized: data and small helpers)
     to ``path`` unless it is there already."""
     from .emit import _parse
-    if not os.path.exists(path):
+    if not touch(path):
         tm = target_machine(target, opt_level)
         write_atomic(path, bytes(tm.emit_object(_parse(text, what))))
 
@@ -173,7 +176,7 @@ def run_job(job: KernelJob):
         del module, mctx.module
         key = key_of(job.salt, text)
         path = os.path.join(job.objects_dir, f"{key}.o")
-        if not os.path.exists(path):
+        if not touch(path):
             tm = target_machine(job.target, job.opt_level)
             llmod = _parse(text, f"kernel {job.name!r}, before optimization")
             del text

@@ -19,6 +19,7 @@ import ctypes
 import hashlib
 import os
 import shutil
+import weakref
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Union
 
@@ -61,7 +62,22 @@ class Executable:
 
     def __init__(self, library_path: str, blob: Optional[bytes], spec: ExecutableSpec,
                  stats: ExecutableStats):
-        self.library_path, self._blob, self.spec, self.stats = library_path, blob, spec, stats
+        self._library_path, self._blob, self.spec, self.stats = library_path, blob, spec, stats
+        # The build cache may evict the library while this object lives (its size limit,
+        # kiln.codegen.cache_limit): an open descriptor keeps the bytes to put it back.
+        try:
+            self._fd: Optional[int] = os.open(library_path, os.O_RDONLY)
+            weakref.finalize(self, os.close, self._fd)
+        except OSError:
+            self._fd = None
+
+    @property
+    def library_path(self) -> str:
+        """The library in the build cache; written back from this object's open copy when the
+        cache evicted it meanwhile."""
+        if self._fd is not None and not os.path.exists(self._library_path):
+            _restore(self._fd, self._library_path)
+        return self._library_path
 
     @property
     def blob(self) -> bytes:
@@ -146,6 +162,20 @@ def _write_blob_object(spec: ExecutableSpec, size: int, pieces, target, path: st
             write_elf_object(f.write, machine, size, lambda w: write_pieces(size, pieces, w),
                              BLOB_SYMBOL, BLOB_SIZE_SYMBOL)
     return path
+
+
+def _restore(fd: int, path: str) -> None:
+    """Write the file open at ``fd`` to ``path`` again (through a temporary name: another
+    process may be restoring or building the same library)."""
+    tmp = f"{path}.{os.getpid()}.restore"
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    with open(tmp, "wb") as out:
+        offset = 0
+        while chunk := os.pread(fd, 1 << 20, offset):
+            out.write(chunk)
+            offset += len(chunk)
+    os.chmod(tmp, 0o755)
+    os.replace(tmp, path)
 
 
 def read_blob(library_path: Union[str, os.PathLike]) -> bytes:

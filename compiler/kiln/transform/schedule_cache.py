@@ -52,12 +52,14 @@ def record_path(func: PrimFunc, ctx: PassContext) -> Optional[str]:
 def scheduled(func: PrimFunc, ctx: PassContext, schedule: Callable[[PrimFunc], PrimFunc]) -> PrimFunc:
     """``schedule(func)``, read from the cache when ``func`` was scheduled before under ``ctx``
     by the same Kiln sources, else computed and written there."""
+    from ..codegen.cache_limit import touch
     from ..codegen.worker import read_record, write_atomic
     path = record_path(func, ctx)
     if path is None:
         return schedule(func)
     hit = read_record(path)
     if isinstance(hit, PrimFunc):
+        touch(path)     # used: the cache's size limit evicts the least recently used first
         return hit
     out = schedule(func)
     try:
