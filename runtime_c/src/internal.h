@@ -23,6 +23,11 @@
 #define KILN_ATOMIC_LOAD(p) (*(p))
 #define KILN_ATOMIC_CAS(p, expected, desired) \
   (*(p) == *(expected) ? (*(p) = (desired), 1) : (*(expected) = *(p), 0))
+static inline void* kiln_atomic_take(void** p) {
+  void* v = *p;
+  *p = NULL;
+  return v;
+}
 #else
 #define KILN_THREAD_LOCAL __thread
 /* Retains need no ordering; the release that drops the count to zero must see every write made
@@ -33,6 +38,8 @@
 #define KILN_ATOMIC_LOAD(p) __atomic_load_n((p), __ATOMIC_ACQUIRE)
 #define KILN_ATOMIC_CAS(p, expected, desired) \
   __atomic_compare_exchange_n((p), (expected), (desired), 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE)
+/* The pointer at `p`, leaving NULL there. */
+static inline void* kiln_atomic_take(void** p) { return __atomic_exchange_n(p, NULL, __ATOMIC_ACQ_REL); }
 #endif
 
 #if defined(__GNUC__)

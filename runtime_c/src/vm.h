@@ -58,6 +58,9 @@ typedef struct {
   size_t off_regs, off_scratch, off_arena, frame_size;
 } kiln_vm_function_t;
 
+/* Bytes at the start of a call's frame for its header (vm.c's frame_t); the registers follow. */
+#define KILN_VM_FRAME_HEADER 32
+
 typedef struct {
   const char* target;
   char* strings_block;           /* owned: every string, NUL-terminated */

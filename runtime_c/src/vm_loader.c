@@ -659,7 +659,7 @@ static kiln_status_t load_code(kiln_vm_program_t* p, kiln_vm_function_t* f, uint
     TRY(check_instr(&w, in, &views_size, &max_args));
   }
   /* The frame: see kiln_vm_function_t. Registers are bounded, views and scratch by the code. */
-  f->off_regs = 16;
+  f->off_regs = KILN_VM_FRAME_HEADER;
   f->off_scratch = f->off_regs + (size_t)f->num_registers * sizeof(kiln_value_t);
   size_t off_views = f->off_scratch + (size_t)max_args * sizeof(kiln_value_t);
   for (uint32_t i = 0; i < count; ++i) f->code[i].slot += off_views;

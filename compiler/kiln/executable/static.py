@@ -115,10 +115,11 @@ def arena_bytes(spec) -> Optional[int]:
     caller's arena that lets a call of any public function allocate nothing
     (``kiln_vm_set_arena``), or None when a function cannot run in one (an output of symbolic
     shape, or several outputs). It mirrors the runtime's ``arena_need`` (vm.c) and frame layout
-    (vm_loader.c) with 64-bit sizes, the largest: a value is 16 bytes, a tensor header 72 plus
-    16 per dimension."""
+    (vm_loader.c) with 64-bit sizes, the largest: the frame's header is 32 bytes, a value 16, a
+    tensor header 72 plus 16 per dimension."""
     from .format import Op
     value, tensor_head = 16, 72
+    frame_head = 32     # KILN_VM_FRAME_HEADER (vm.h)
 
     def head(ndim):
         return _align(tensor_head + 16 * ndim, 8)
@@ -129,7 +130,7 @@ def arena_bytes(spec) -> Optional[int]:
                        [o[2] for op, o in ops if op == Op.CALL_PACKED] +
                        [o[4] for op, o in ops if op == Op.IF] + [0])
         views = sum(head(o[5]) for op, o in ops if op == Op.ALLOC_ARENA)
-        frame = _align(16 + value * (f.num_registers + max_args) + views) + f.arena_size
+        frame = _align(frame_head + value * (f.num_registers + max_args) + views) + f.arena_size
         n = _align(frame) + 64
         for op, o in ops:
             if op == Op.ALLOC_OUTPUT:
