@@ -19,6 +19,8 @@
                              operators (docs/winograd.md; PassContext(winograd=False): off)
     fuse_attention           softmax(q @ kt * scale + mask) @ v -> one attention kernel per
                              block of query rows (PassContext(fuse_attention=False): off)
+    flatten_matmul_rows      x[1, 7, 7, K] @ W[K, N] -> one product over 49 rows, its
+                             elementwise epilogue with it (a channels-last model's layers)
     convert_layout_nchwc     activations channel-blocked (NCHW[b]c) from conv to conv
                              (docs/layout.md; PassContext(nchwc_layout=False): off)
     fuse_ops                 operator groups -> one tensor program each (weights of
@@ -44,6 +46,7 @@ from .conv1d_as_2d import conv1d_as_2d
 from .conv_winograd import conv_winograd
 from .fold_constant import fold_constant
 from .fuse_attention import fuse_attention
+from .flatten_matmul_rows import flatten_matmul_rows
 from .fuse_ops import fuse_ops
 from .infra import Pass, PassContext, Sequential, context
 from .layout_nchwc import convert_layout_nchwc
@@ -63,6 +66,7 @@ def _default(ctx: PassContext) -> List[Pass]:
         conv1d_as_2d(ctx),
         *([conv_winograd(ctx)] if ctx.winograd else []),
         fuse_attention(ctx),
+        flatten_matmul_rows(ctx),
         *([convert_layout_nchwc(ctx)] if ctx.nchwc_layout else []),
         fuse_ops(ctx),
         legalize(ctx),

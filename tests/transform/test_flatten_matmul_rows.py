@@ -1,0 +1,98 @@
+"""flatten_matmul_rows: a channels-last pointwise layer (x[1, H, W, C] @ W) runs as one product
+over the H x W rows, its elementwise epilogue and a last-axis layer norm before it on the rows
+too (printed graph); products of many rows each, batched weights and other norms are left as
+they are; the compiled results equal the graph interpreter's (numpy references) at 1 and 2
+threads."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln.ir.graph import Constant
+from kiln.transform import PassContext
+from kiln.transform.flatten_matmul_rows import flatten_matmul_rows
+
+from transform_helpers import attr, graph_module, inputs_for, kernels, outputs_at_threads, reference, typed
+
+
+def _block(h, w, c, hidden, seed=0, norm_axes=(-1,)):
+    """ConvNeXt's pointwise half: layer_norm(C) -> linear C->4C -> GELU -> linear 4C->C ->
+    layer scale, plus the residual, over a channels-last map."""
+    rng = np.random.default_rng(seed)
+
+    def const(*shape, scale=1.0):
+        return Constant((rng.standard_normal(shape) * scale).astype("float32"))
+    g, beta = const(c), const(c)
+    w1, b1 = const(c, hidden, scale=c ** -0.5), const(hidden)
+    w2, b2 = const(hidden, c, scale=hidden ** -0.5), const(c)
+    gamma = const(1, 1, 1, c)
+
+    def body(emit, x):
+        y = emit("layer_norm", x, g, beta, axes=norm_axes) if norm_axes == (-1,) else x
+        y = emit("gelu", emit("add", emit("matmul", y, w1), b1))
+        y = emit("multiply", emit("add", emit("matmul", y, w2), b2), gamma)
+        return kiln.ops.call("add", y, x)
+    return graph_module([typed("x", (1, h, w, c))], body)
+
+
+def _bindings(mod):
+    return [(b.value.op, tuple(b.value.ty.static_shape())) for blk in mod["main"].blocks
+            for b in blk.bindings]
+
+
+def test_the_block_runs_on_rows_with_one_reshape_each_way():
+    out = flatten_matmul_rows(PassContext())(_block(7, 7, 32, 128))
+    got = _bindings(out)
+    assert got == [("reshape", (49, 32)), ("layer_norm", (49, 32)),
+                   ("matmul", (49, 128)), ("add", (49, 128)), ("gelu", (49, 128)),
+                   ("matmul", (49, 32)), ("add", (49, 32)), ("multiply", (49, 32)),
+                   ("add", (49, 32)), ("reshape", (1, 7, 7, 32))]
+
+
+def test_products_of_many_rows_and_batched_weights_are_left():
+    rng = np.random.default_rng(1)
+    w2 = Constant(rng.standard_normal((16, 8)).astype("float32"))
+    w3 = Constant(rng.standard_normal((4, 16, 8)).astype("float32"))
+    many = graph_module([typed("x", (2, 64, 16))], lambda emit, x: kiln.ops.call("matmul", x, w2))
+    batched = graph_module([typed("x", (4, 7, 16))], lambda emit, x: kiln.ops.call("matmul", x, w3))
+    single = graph_module([typed("x", (1, 7, 16))], lambda emit, x: kiln.ops.call("matmul", x, w2))
+    for mod in (many, batched, single):
+        assert _bindings(flatten_matmul_rows(PassContext())(mod)) == _bindings(mod)
+
+
+def test_a_norm_over_other_axes_stays_and_an_epilogue_broadcast_stops_the_rows():
+    """A norm over (H, W, C) is not a row norm: the product reads its output reshaped. An add
+    of a [1, H, 1, C] tensor broadcasts along more than the last axis: it reads the product
+    reshaped back."""
+    rng = np.random.default_rng(2)
+    w = Constant(rng.standard_normal((16, 8)).astype("float32"))
+    g = Constant(np.ones((7, 7, 16), "float32"))
+    row = Constant(rng.standard_normal((1, 7, 1, 8)).astype("float32"))
+
+    def body(emit, x):
+        y = emit("layer_norm", x, g, g, axes=(1, 2, 3))
+        return kiln.ops.call("add", emit("matmul", y, w), row)
+    got = _bindings(flatten_matmul_rows(PassContext())(graph_module([typed("x", (1, 7, 7, 16))], body)))
+    assert got == [("layer_norm", (1, 7, 7, 16)), ("reshape", (49, 16)), ("matmul", (49, 8)),
+                   ("reshape", (1, 7, 7, 8)), ("add", (1, 7, 7, 8))]
+
+
+def test_the_pipeline_makes_one_kernel_per_product():
+    out = kiln.get_pipeline("default")(_block(14, 14, 32, 128))
+    products = [k for k in kernels(out) if "matmul" in k]
+    assert len(products) == 2
+    assert all(attr(out[k], "kiln.schedule").startswith("matmul") for k in products)
+    assert all(tuple(int(d.value) for d in out[k].params[0].shape) in ((196, 32), (196, 128))
+               for k in products)
+
+
+@pytest.mark.parametrize("h,w,c,hidden", [(7, 7, 32, 128), (14, 14, 48, 96), (3, 5, 16, 40)])
+def test_compiled_equals_the_reference(h, w, c, hidden):
+    mod = _block(h, w, c, hidden, seed=h)
+    args = inputs_for(mod)
+    want = reference(mod, args)
+    vm = kiln.VirtualMachine(kiln.compile(kiln.get_pipeline("default")(mod), target="llvm"),
+                             kiln.cpu())
+    for got in outputs_at_threads(vm, args, (1, 2)):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
