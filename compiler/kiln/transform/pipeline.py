@@ -14,6 +14,8 @@
     dead_code_elimination    ... and drop what is left unused, so fusion sees true use counts
     conv1d_as_2d             a conv1d with a constant weight becomes a conv2d of height 1,
                              channel-blocked like one (PassContext(conv_blocking=False): off)
+    pad_conv_channels        a conv whose output channels no vector width divides (1000)
+                             computes them padded to whole vectors, then slices
     conv_winograd            3x3 stride-1 convs with a constant weight that the cost rule
                              says are faster as Winograd F(4x4, 3x3) become its three
                              operators (docs/winograd.md; PassContext(winograd=False): off)
@@ -50,6 +52,7 @@ from .flatten_matmul_rows import flatten_matmul_rows
 from .fuse_ops import fuse_ops
 from .infra import Pass, PassContext, Sequential, context
 from .layout_nchwc import convert_layout_nchwc
+from .pad_conv_channels import pad_conv_channels
 from .legalize import legalize
 
 
@@ -64,6 +67,7 @@ def _default(ctx: PassContext) -> List[Pass]:
         eliminate_common_subexpr(),
         dead_code_elimination(),
         conv1d_as_2d(ctx),
+        pad_conv_channels(ctx),
         *([conv_winograd(ctx)] if ctx.winograd else []),
         fuse_attention(ctx),
         flatten_matmul_rows(ctx),

@@ -1,0 +1,68 @@
+"""pad_conv_channels: a conv whose output channels no vector width divides (1000 on AVX-512, 255
+anywhere) computes them padded with zero channels to whole vectors and slices the padding off
+(printed graph); counts the width divides, paddings of more than an eighth and convs that feed
+a channel-blocked chain are left; the compiled results equal the graph interpreter's (numpy
+references) at 1 and 2 threads."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kiln
+from kiln.ir.graph import Constant
+from kiln.transform import PassContext
+from kiln.transform.pad_conv_channels import pad_conv_channels
+
+from transform_helpers import AVX2, attr, graph_module, inputs_for, kernels, outputs_at_threads, reference, typed
+
+AVX512 = "llvm -mcpu=skylake-avx512"
+
+
+def _head(c, o, hw=13, k=1, then_conv=False, seed=0):
+    """relu(conv(x) + b), the classifier of a SqueezeNet, optionally followed by another conv."""
+    rng = np.random.default_rng(seed)
+    w = Constant((rng.standard_normal((o, c, k, k)) / np.sqrt(c * k * k)).astype("float32"))
+    b = Constant(rng.standard_normal((1, o, 1, 1)).astype("float32"))
+    w2 = Constant((rng.standard_normal((16, o, 1, 1)) / np.sqrt(o)).astype("float32"))
+
+    def body(emit, x):
+        y = emit("relu", emit("add", emit("conv2d", x, w, padding=(k // 2,) * 4), b))
+        return kiln.ops.call("conv2d", y, w2) if then_conv else kiln.ops.call("mean", y, axis=(2, 3))
+    return graph_module([typed("x", (1, c, hw, hw))], body)
+
+
+def _bindings(mod):
+    return [(b.value.op, tuple(b.value.ty.static_shape())) for blk in mod["main"].blocks
+            for b in blk.bindings]
+
+
+def test_1000_channels_are_computed_as_1008_on_avx512_and_sliced():
+    out = pad_conv_channels(PassContext(target=AVX512))(_head(64, 1000))
+    assert _bindings(out)[:2] == [("conv2d", (1, 1008, 13, 13)), ("strided_slice", (1, 1000, 13, 13))]
+    w = out["main"].blocks[0].bindings[0].value.args[1].data
+    assert w.shape == (1008, 64, 1, 1) and not w[1000:].any()
+
+
+def test_what_is_left_alone():
+    for mod, target in [(_head(64, 1000), AVX2),          # 8 lanes divide 1000
+                        (_head(64, 40), AVX512),          # 48 would be a fifth more
+                        (_head(64, 1000, then_conv=True), AVX512)]:   # a blocked chain
+        assert _bindings(pad_conv_channels(PassContext(target=target))(mod)) == _bindings(mod)
+
+
+def test_the_padded_conv_is_blocked_in_whole_vectors():
+    out = kiln.get_pipeline("default", PassContext(target=AVX512))(_head(64, 1000))
+    (conv,) = [k for k in kernels(out) if "conv" in k]
+    assert attr(out[conv], "kiln.schedule").startswith("conv nchwc: tile")
+    assert tuple(int(d.value) for d in out[conv].params[1].shape)[-1] == 16
+
+
+@pytest.mark.parametrize("c,o,hw,k", [(64, 255, 13, 1), (32, 255, 9, 3), (48, 1000, 7, 1)])
+def test_compiled_equals_the_reference(c, o, hw, k):
+    mod = _head(c, o, hw, k, seed=o + k)
+    args = inputs_for(mod)
+    want = reference(mod, args)
+    vm = kiln.VirtualMachine(kiln.compile(kiln.get_pipeline("default")(mod), target="llvm"),
+                             kiln.cpu())
+    for got in outputs_at_threads(vm, args, (1, 2)):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
