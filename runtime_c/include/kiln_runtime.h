@@ -416,7 +416,8 @@ KILN_API kiln_status_t kiln_unregister_function(const char* name);
  * threads of one process-wide pool. One loop at a time uses the pool (concurrent callers
  * queue); a loop launched from inside a task runs serially on that task's thread. After a loop,
  * idle workers spin for up to 50 us, so that the next loop of the same inference starts without
- * a wake-up, then block: an idle process uses no CPU. They do not spin at all when the pool has
+ * a wake-up, then block: an idle process uses no CPU. A VM call wakes blocked workers as it
+ * begins, and they spin up to 2 ms between its loops. They do not spin at all when the pool has
  * more threads than the machine has cores.
  * ------------------------------------------------------------------------------------------- */
 
