@@ -13,7 +13,7 @@ from kiln.ir.graph import Constant
 from kiln.transform import PassContext
 from kiln.transform.flatten_matmul_rows import flatten_matmul_rows
 
-from transform_helpers import attr, graph_module, inputs_for, kernels, outputs_at_threads, reference, typed
+from transform_helpers import assert_default_pipeline_matches, attr, graph_module, kernels, typed
 
 
 def _block(h, w, c, hidden, seed=0, norm_axes=(-1,)):
@@ -89,10 +89,4 @@ def test_the_pipeline_makes_one_kernel_per_product():
 
 @pytest.mark.parametrize("h,w,c,hidden", [(7, 7, 32, 128), (14, 14, 48, 96), (3, 5, 16, 40)])
 def test_compiled_equals_the_reference(h, w, c, hidden):
-    mod = _block(h, w, c, hidden, seed=h)
-    args = inputs_for(mod)
-    want = reference(mod, args)
-    vm = kiln.VirtualMachine(kiln.compile(kiln.get_pipeline("default")(mod), target="llvm"),
-                             kiln.cpu())
-    for got in outputs_at_threads(vm, args, (1, 2)):
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert_default_pipeline_matches(_block(h, w, c, hidden, seed=h))

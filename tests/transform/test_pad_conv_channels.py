@@ -13,7 +13,7 @@ from kiln.ir.graph import Constant
 from kiln.transform import PassContext
 from kiln.transform.pad_conv_channels import pad_conv_channels
 
-from transform_helpers import AVX2, attr, graph_module, inputs_for, kernels, outputs_at_threads, reference, typed
+from transform_helpers import AVX2, assert_default_pipeline_matches, attr, graph_module, kernels, typed
 
 AVX512 = "llvm -mcpu=skylake-avx512"
 
@@ -59,10 +59,4 @@ def test_the_padded_conv_is_blocked_in_whole_vectors():
 
 @pytest.mark.parametrize("c,o,hw,k", [(64, 255, 13, 1), (32, 255, 9, 3), (48, 1000, 7, 1)])
 def test_compiled_equals_the_reference(c, o, hw, k):
-    mod = _head(c, o, hw, k, seed=o + k)
-    args = inputs_for(mod)
-    want = reference(mod, args)
-    vm = kiln.VirtualMachine(kiln.compile(kiln.get_pipeline("default")(mod), target="llvm"),
-                             kiln.cpu())
-    for got in outputs_at_threads(vm, args, (1, 2)):
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    assert_default_pipeline_matches(_head(c, o, hw, k, seed=o + k))

@@ -74,6 +74,17 @@ def outputs_at_threads(vm, args, threads=(1, 2)) -> List[np.ndarray]:
     return outs
 
 
+def assert_default_pipeline_matches(mod: IRModule, threads=(1, 2), rtol=1e-4, atol=1e-4):
+    """``mod`` through the default pipeline, compiled for the host and run at each of
+    ``threads``, equals the graph interpreter's result on ``inputs_for(mod)``."""
+    args = inputs_for(mod)
+    want = reference(mod, args)
+    vm = kiln.VirtualMachine(kiln.compile(kiln.get_pipeline("default")(mod), target="llvm"),
+                             kiln.cpu())
+    for got in outputs_at_threads(vm, args, threads):
+        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
+
+
 def kernels(mod: IRModule) -> List[str]:
     """Names of the tensor programs the graph functions call (what runs per inference)."""
     names: List[str] = []
