@@ -220,3 +220,30 @@ def test_compile_schedules_for_the_given_target(tmp_path):
         assert proc.returncode == 0, proc.stderr
         outs.append(np.load(tmp_path / f"{name}.npy"))
     np.testing.assert_allclose(outs[0], outs[1], rtol=1e-5, atol=1e-5)
+
+
+def test_cache_shows_trims_and_clears(tmp_path):
+    """`kiln cache` reports the build cache against its limit, trims it least recently used
+    first, clears it, keeps files used in the last minute and what builds did not write."""
+    cache = tmp_path / "cache"
+    (cache / "objects").mkdir(parents=True)
+    old = [cache / "kiln_a.so", cache / "objects" / "b.o", cache / "objects" / "c.lowered"]
+    for i, p in enumerate(old):
+        p.write_bytes(b"\0" * (300 << 10))
+        os.utime(p, (1000 + i, 1000 + i))
+    recent = cache / "objects" / "d.o"
+    recent.write_bytes(b"\0" * (100 << 10))
+    (cache / "notes.txt").write_text("not Kiln's")
+    proc = kiln_cli("cache", "--dir", str(cache))
+    assert proc.returncode == 0, proc.stderr
+    from kiln.codegen.cache_limit import default_cache_limit    # 512M under `make test`
+    limit = default_cache_limit() / (1 << 20)
+    assert proc.stdout.strip() == f"{cache}: 4 files, 1.0 MB (limit {limit:.1f} MB)"
+    proc = kiln_cli("cache", "--dir", str(cache), "--trim", "800K")      # 1000K -> 640K
+    assert "removed 2 files, 0.6 MB" in proc.stdout and not old[0].exists() and not old[1].exists()
+    assert old[2].exists() and recent.exists()
+    proc = kiln_cli("cache", "--dir", str(cache), "--clear")
+    assert "removed 1 files" in proc.stdout and not old[2].exists()
+    assert recent.exists() and (cache / "notes.txt").exists()         # in use; not a build's
+    proc = kiln_cli("cache", "--trim", "lots")
+    assert proc.returncode == 1 and "not a size: 'lots'" in proc.stderr

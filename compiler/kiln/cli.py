@@ -432,6 +432,29 @@ def cmd_bench(args) -> int:
     return 0
 
 
+def cmd_cache(args) -> int:
+    from .codegen import cache_limit
+    from .codegen.emit import default_cache_dir
+    folder = args.dir or default_cache_dir()
+    try:
+        limit = cache_limit.default_cache_limit()
+        size_to = cache_limit.parse_size(args.trim) if args.trim is not None else None
+    except ValueError as e:
+        raise CLIError(str(e)) from None
+    if args.clear or size_to is not None:
+        report = cache_limit.trim(folder, 1 if args.clear else size_to,
+                                  to=0.0 if args.clear else None)
+        print(f"removed {len(report.removed)} files, {_mb(report.size_before - report.size_after)}"
+              f" (files used in the last {cache_limit.GRACE_S:.0f} s stay)")
+    files, size = cache_limit.usage(folder)
+    print(f"{folder}: {files} files, {_mb(size)} (limit {_mb(limit) if limit else 'none'})")
+    return 0
+
+
+def _mb(n: int) -> str:
+    return f"{n / (1 << 20):.1f} MB"
+
+
 # ---- parser ----------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="kiln", description="Kiln: compile ONNX models ahead of time "
@@ -519,6 +542,16 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument("--warmup", type=int, default=2, help="untimed runs first (default 2)")
     b.add_argument("--profile", action="store_true", help="also print the per-kernel profile of one run")
     b.set_defaults(func=cmd_bench)
+
+    k = sub.add_parser("cache", help="show, trim or clear Kiln's build cache",
+                       description="Show the build cache's size (kernels' objects, lowering "
+                       "and schedule records, linked libraries) against its limit "
+                       "(KILN_CACHE_LIMIT, default 2G); trim it to a size, least recently "
+                       "used first, or clear it. Files used in the last minute stay.")
+    k.add_argument("--dir", help="the cache folder (default: KILN_CACHE_DIR, else ~/.cache/kiln)")
+    k.add_argument("--trim", metavar="SIZE", help="trim to 80%% of SIZE now, e.g. 500M, 2G")
+    k.add_argument("--clear", action="store_true", help="remove every build file")
+    k.set_defaults(func=cmd_cache)
 
     from .libinfo import add_config_command   # `kiln config`: flags and paths for C, C++, Java
     add_config_command(sub)

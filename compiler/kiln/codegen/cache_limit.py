@@ -105,11 +105,13 @@ class TrimReport:
 
 
 def trim(cache_dir: str, limit: int, *, now: Optional[float] = None,
-         grace_s: float = GRACE_S) -> TrimReport:
+         grace_s: float = GRACE_S, to: Optional[float] = None) -> TrimReport:
     """Remove the least recently used files of ``cache_dir`` until it holds at most
-    ``TRIM_TO * limit`` bytes; does nothing while it holds at most ``limit``. Files used in
-    the last ``grace_s`` seconds stay, so the result may stay over the limit."""
+    ``to * limit`` bytes (``to``: ``TRIM_TO`` by default; 0 removes every file it may);
+    does nothing while it holds at most ``limit``. Files used in the last ``grace_s`` seconds
+    stay, so the result may stay over the limit."""
     now = time.time() if now is None else now
+    to = TRIM_TO if to is None else to
     found = list(entries(cache_dir))
     total = sum(e.size for e in found)
     removed: List[str] = []
@@ -117,7 +119,7 @@ def trim(cache_dir: str, limit: int, *, now: Optional[float] = None,
         return TrimReport(total, total, removed)
     size = total
     for e in sorted(found, key=lambda e: e.used):
-        if size <= TRIM_TO * limit or e.used > now - grace_s:
+        if size <= to * limit or e.used > now - grace_s:
             break
         try:
             # Checked again just before: a hit since the scan keeps the file.
