@@ -1,7 +1,7 @@
 """pad_conv_channels: a conv whose output channels no vector width divides (1000 on AVX-512, 255
 anywhere) computes them padded with zero channels to whole vectors and slices the padding off
-(printed graph); counts the width divides, paddings of more than an eighth and convs that feed
-a channel-blocked chain are left; the compiled results equal the graph interpreter's (numpy
+(printed graph), also before a grouped conv; counts the width divides, paddings of more than
+an eighth and convs that feed a channel-blocked chain are left; the compiled results equal the graph interpreter's (numpy
 references) at 1 and 2 threads."""
 from __future__ import annotations
 
@@ -48,6 +48,24 @@ def test_what_is_left_alone():
                         (_head(64, 40), AVX512),          # 48 would be a fifth more
                         (_head(64, 1000, then_conv=True), AVX512)]:   # a blocked chain
         assert _bindings(pad_conv_channels(PassContext(target=target))(mod)) == _bindings(mod)
+
+
+def test_a_conv_feeding_a_grouped_conv_is_padded():
+    """A grouped conv (RegNet's, groups of 8 channels) reads NCHW anyway: the conv before it
+    pads. So does one before a depthwise conv over a count 8 does not divide (ShuffleNet's 116)."""
+    rng = np.random.default_rng(4)
+    for o, groups, width in [(104, 13, 8), (116, 116, 1)]:
+        w = Constant(rng.standard_normal((o, 32, 1, 1)).astype("float32"))
+        g = Constant(rng.standard_normal((o, width, 3, 3)).astype("float32"))
+
+        def body(emit, x, w=w, g=g, groups=groups):
+            y = emit("relu", emit("conv2d", x, w))
+            return kiln.ops.call("conv2d", y, g, padding=(1, 1, 1, 1), groups=groups)
+        mod = graph_module([typed("x", (1, 32, 14, 14))], body)
+        got = _bindings(pad_conv_channels(PassContext(target=AVX512))(mod))
+        assert got[:2] == [("conv2d", (1, 112 if o == 104 else 128, 14, 14)),
+                           ("strided_slice", (1, o, 14, 14))], got
+        assert_default_pipeline_matches(mod)
 
 
 def test_the_padded_conv_is_blocked_in_whole_vectors():
