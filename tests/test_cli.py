@@ -247,3 +247,5 @@ def test_cache_shows_trims_and_clears(tmp_path):
     assert recent.exists() and (cache / "notes.txt").exists()         # in use; not a build's
     proc = kiln_cli("cache", "--trim", "lots")
     assert proc.returncode == 1 and "not a size: 'lots'" in proc.stderr
+    proc = kiln_cli("cache", "--dir", str(cache), "--trim", "0")
+    assert proc.returncode == 1 and "--trim needs a size above 0" in proc.stderr

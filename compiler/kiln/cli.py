@@ -441,9 +441,10 @@ def cmd_cache(args) -> int:
         size_to = cache_limit.parse_size(args.trim) if args.trim is not None else None
     except ValueError as e:
         raise CLIError(str(e)) from None
+    if size_to == 0:
+        raise CLIError("--trim needs a size above 0 (e.g. 500M); --clear empties the cache")
     if args.clear or size_to is not None:
-        report = cache_limit.trim(folder, 1 if args.clear else size_to,
-                                  to=0.0 if args.clear else None)
+        report = cache_limit.clear(folder) if args.clear else cache_limit.trim(folder, size_to)
         print(f"removed {len(report.removed)} files, {_mb(report.size_before - report.size_after)}"
               f" (files used in the last {cache_limit.GRACE_S:.0f} s stay)")
     files, size = cache_limit.usage(folder)

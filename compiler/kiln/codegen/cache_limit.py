@@ -133,6 +133,12 @@ def trim(cache_dir: str, limit: int, *, now: Optional[float] = None,
     return TrimReport(total, size, removed)
 
 
+def clear(cache_dir: str) -> TrimReport:
+    """Remove every file a build left in ``cache_dir`` but those used in the last
+    ``GRACE_S`` seconds (another process may be building with them)."""
+    return trim(cache_dir, 1, to=0.0)
+
+
 def after_build(cache_dir: str, limit: int, new_bytes: int) -> Optional[TrimReport]:
     """Trim ``cache_dir`` after a build added ``new_bytes`` to it, unless it was scanned in the
     last ``SCAN_EVERY_S`` seconds and ``new_bytes`` is under a sixteenth of ``limit``. Returns

@@ -338,7 +338,7 @@ def build_library(mod, target="llvm", options: Optional[BuildOptions] = None, *,
         raise CodegenError("the module has no tensor programs (PrimFuncs) to compile")
     # Another process trimming the cache (kiln.codegen.cache_limit) may remove an object this
     # build found there before it is linked: the second attempt compiles it again.
-    for attempt in range(2):
+    for _ in range(2):
         path = _build_once(jobs, target, options, salt, objects_dir, link_cc, extra_objects,
                            extra_key)
         if path is not None:

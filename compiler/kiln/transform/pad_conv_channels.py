@@ -24,7 +24,7 @@ nothing.
 """
 from __future__ import annotations
 
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
@@ -88,9 +88,9 @@ def _padded_channels(call: Call, lanes: int) -> Optional[int]:
     return padded if o % lanes and padded - o <= o // 8 else None
 
 
-def _readers(func) -> Dict[GraphVar, List[Call]]:
-    """The calls that read each variable."""
-    out: Dict[GraphVar, List[Call]] = {}
+def _readers(func) -> Dict[GraphVar, List[Tuple[GraphVar, Call]]]:
+    """The calls that read each variable, with the variables they are bound to."""
+    out: Dict[GraphVar, List[Tuple[GraphVar, Call]]] = {}
     for block in func.blocks:
         for b in block.bindings:
             if isinstance(b.value, Call):
