@@ -79,3 +79,22 @@ def test_symbolic_loop_bounds():
     out = arith.simplify_stmt(te.create_prim_func([A, B]))
     store = out.body.block.body.body.block.body
     assert store.value.__class__.__name__ == "BufferLoad"
+
+
+def test_an_if_on_a_loop_variable_narrows_it_in_each_branch():
+    """``if i < 3`` (what loop partitioning leaves in a parallel loop): the then-branch knows
+    i <= 2 and the else-branch i >= 3, so the guard ``i * 4 + j < 14`` folds on both sides."""
+    A = kiln.ir.Buffer("A", (16,))
+    i, j = Var("i"), Var("j")
+
+    def store():
+        return BufferStore(A, kiln.ir.expr.Select(i * 4 + j < 14, kiln.ir.FloatImm(1.0, "float32"), kiln.ir.FloatImm(0.0, "float32")), (i * 4 + j,))
+    loop = For(i, 0, 4, "serial", IfThenElse(i < 3, For(j, 0, 4, "serial", store()),
+                                             For(j, 0, 2, "serial", store())))
+    out = arith.simplify_stmt(loop)
+    then, other = out.body.then_case.body, out.body.else_case.body
+    assert isinstance(then.value, kiln.ir.FloatImm) and then.value.value == 1.0
+    assert isinstance(other.value, kiln.ir.FloatImm) and other.value.value == 1.0
+    # Not narrowed by a condition it cannot read: the Select stays.
+    kept = arith.simplify_stmt(For(i, 0, 4, "serial", IfThenElse(i * 2 < 5, For(j, 0, 4, "serial", store()))))
+    assert isinstance(kept.body.then_case.body.value, kiln.ir.expr.Select)

@@ -64,3 +64,40 @@ def test_blocked_tiles_compute_the_same(m, k, n, kc):
     a = np.random.default_rng(1).standard_normal((m, k)).astype("float32")
     got = np.asarray(kiln.VirtualMachine(ex, kiln.cpu())["main"](kiln.nd.array(a)).numpy())
     np.testing.assert_allclose(got, reference(mod, [a]), rtol=1e-4, atol=1e-3)
+
+
+def _matmul_b_input(m, k, n, target=AVX2):
+    mod = graph_module([typed("a", (m, k)), typed("b", (k, n))],
+                       lambda emit, a, b: ops.call("matmul", a, b))
+    ctx = PassContext(target=target, disabled_passes=("default_schedule",))
+    mod = kiln.get_pipeline("default", ctx)(mod)
+    (name,) = kernels(mod)
+    return mod, name
+
+
+@pytest.mark.parametrize("n,kc,packs", [(60, 64, "pack per panel chunk"), (60, 0, "pack per panel"),
+                                        (64, 128, "pack per panel chunk"), (70, 64, None)])
+def test_b_given_at_run_time_packs_per_chunk_with_a_padded_last_panel(n, kc, packs):
+    """B arrives at run time: its panels are packed inside the kernel, one chunk of K at a time
+    when K is blocked. 60 columns are 3 panels of 16 and one of 12 padded with zeros (an
+    eighth or less); 70 would pad 10 of 70, so B is read as it is. Lowered, only the last
+    panel's pack has a guard: the others read B with plain loads."""
+    from kiln.lower import lower_prim_func
+    m, k = 19, 256
+    mod, name = _matmul_b_input(m, k, n)
+    func = schedule_kernel(mod[name], PassContext(target=AVX2), Decisions(fixed={"kc": kc}))
+    desc = attr(func, "kiln.schedule")
+    assert (packs in desc) if packs else ("pack" not in desc), desc
+    if packs and n % 16:
+        text = str(lower_prim_func(func))
+        pack_lines = [ln for ln in text.splitlines() if "pack_weight[" in ln and "] = " in ln
+                      and ln.split("] = ")[0].strip().startswith("pack_weight")]
+        assert any("T.Select" not in ln and "T.min" not in ln for ln in pack_lines), text
+    funcs = dict(mod.functions)
+    funcs[name] = func
+    ex = kiln.compile(kiln.IRModule(funcs, mod.attrs), target=AVX2)
+    rng = np.random.default_rng(n + kc)
+    a = rng.standard_normal((m, k)).astype("float32")
+    b = rng.standard_normal((k, n)).astype("float32")
+    got = kiln.VirtualMachine(ex, kiln.cpu())["main"](kiln.nd.array(a), kiln.nd.array(b)).numpy()
+    np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-3)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from ..ir.expr import IntImm, PrimExpr, Range
+from ..ir.expr import GE, GT, LE, LT, And, IntImm, PrimExpr, Range, Var
 from ..ir.function import IRModule, PrimFunc
 from ..ir.stmt import (Block, BlockRealize, BufferRegion, BufferStore, Evaluate, For, IfThenElse,
                        IterVar, SeqStmt, Stmt)
@@ -72,8 +72,11 @@ class _Walker:
                 return self.stmt(s.then_case)
             if isinstance(cond, IntImm) and s.else_case is not None:
                 return self.stmt(s.else_case)
-            then = self.stmt(s.then_case)
-            other = None if s.else_case is None else self.stmt(s.else_case)
+            on_true, on_false = _narrowed(cond, self.ana)
+            with self.ana.scope(on_true):
+                then = self.stmt(s.then_case)
+            with self.ana.scope(on_false):
+                other = None if s.else_case is None else self.stmt(s.else_case)
             if cond is s.condition and then is s.then_case and other is s.else_case:
                 return s
             return IfThenElse(cond, then, other)
@@ -112,3 +115,41 @@ class _Walker:
 
 def _is_true(e) -> bool:
     return isinstance(e, IntImm) and e.dtype == "bool" and e.value == 1
+
+
+def _narrowed(cond, ana: Analyzer):
+    """Loop-variable ranges that ``cond`` narrows: (bindings where it holds, where it fails).
+    A loop partitioned into ``if i < 15: ... else: ...`` simplifies each side knowing which
+    iterations it runs (a guard ``i * 64 + j < 1000`` folds away in the first)."""
+    on_true, on_false = {}, {}
+    terms = [cond]
+    while terms:
+        c = terms.pop()
+        if isinstance(c, And):
+            terms += [c.a, c.b]
+            continue
+        var, limit = _var_below(c)
+        r = ana.ranges.get(var) if var is not None else None
+        if r is None or not (isinstance(r.min, IntImm) and isinstance(r.extent, IntImm)):
+            continue
+        lo, hi = r.min.value, r.min.value + r.extent.value      # [lo, hi)
+        t_hi = min(hi, limit)
+        if t_hi > lo:
+            on_true[var] = Range(IntImm(lo, r.min.dtype), IntImm(t_hi - lo, r.extent.dtype))
+        if cond is c and max(lo, limit) < hi:   # a single comparison: the else side too
+            f_lo = max(lo, limit)
+            on_false[var] = Range(IntImm(f_lo, r.min.dtype), IntImm(hi - f_lo, r.extent.dtype))
+    return on_true, on_false
+
+
+def _var_below(c):
+    """(v, n) when ``c`` says ``v < n`` for a variable v and a constant n, else (None, None)."""
+    if isinstance(c, LT) and isinstance(c.a, Var) and isinstance(c.b, IntImm):
+        return c.a, c.b.value
+    if isinstance(c, LE) and isinstance(c.a, Var) and isinstance(c.b, IntImm):
+        return c.a, c.b.value + 1
+    if isinstance(c, GT) and isinstance(c.b, Var) and isinstance(c.a, IntImm):
+        return c.b, c.a.value
+    if isinstance(c, GE) and isinstance(c.b, Var) and isinstance(c.a, IntImm):
+        return c.b, c.a.value + 1
+    return None, None

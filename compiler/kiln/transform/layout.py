@@ -283,9 +283,13 @@ def packs_in_kernel(plan: PackPlan, ctx: PassContext) -> bool:
     as bench/matmul.py does): for linear and 2-D matmul, once enough rows reuse each panel
     (linear also when the row count is symbolic).
     (Without it, linear reads W[N, K] with strided gathers and a large matmul walks B[K, N]
-    a few cache lines per row of K.)"""
-    if plan.rule.by != "cols" or plan.shape[plan.rule.dim] % plan.lanes:
-        return False        # (no padded panels at run time: small or odd weights stay as they are)
+    a few cache lines per row of K.) A last partial panel is padded with zeros when that adds
+    at most an eighth: lowering splits the parallel panel loop so that only the last panel
+    pays for the guard (49 x 4608 x 1000 with B at run time, on a Xeon: 96 -> 166 GFLOP/s at
+    two threads)."""
+    size = plan.shape[plan.rule.dim]
+    if plan.rule.by != "cols" or (size % plan.lanes and (-size % plan.lanes) * 8 > size):
+        return False        # small or odd weights stay as they are
     if plan.rows is None:   # a symbolic row count: linear's strided gathers are the worse bet
         return plan.rule.layout == "nk"
     return plan.rows >= ctx.pack_min_rows
