@@ -13,7 +13,7 @@ from kiln.ir.graph import Constant
 from kiln.schedule.decisions import Decisions, parse_decisions
 from kiln.transform import PassContext
 from kiln.transform.default_schedule import schedule_kernel
-from kiln.transform.schedule_tile import k_block, k_block_options
+from kiln.transform.schedule_tile import k_block, k_block_options, row_block, row_block_options
 
 from transform_helpers import AVX2, attr, graph_module, kernels, reference, typed
 
@@ -101,3 +101,37 @@ def test_b_given_at_run_time_packs_per_chunk_with_a_padded_last_panel(n, kc, pac
     b = rng.standard_normal((k, n)).astype("float32")
     got = kiln.VirtualMachine(ex, kiln.cpu())["main"](kiln.nd.array(a), kiln.nd.array(b)).numpy()
     np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-3)
+
+
+def test_row_blocks_when_a_does_not_fit_in_l2():
+    """1024^3 on AVX2 (16-wide panels, a 1 MiB L2 assumed for a named CPU): A's 4 MiB would be
+    streamed once per panel, 64 times; in 9 equal blocks of 114 rows (6-row tiles) each block
+    stays in L2 while B streams past it 9 times. A that fits in L2 is not blocked."""
+    avx2 = PassContext(target=AVX2).resolved()
+    assert avx2.machine.l2_bytes == 1 << 20
+    assert row_block(1024, 1024, 1024, 6, 16, avx2) == 114
+    assert row_block(49, 4608, 1000, 5, 16, avx2) == 0          # 0.9 MiB: fits
+    assert row_block(1024, 1024, 1024, 6, None, avx2) == 0
+    assert row_block(1024, 1024, 16, 6, 16, avx2) == 0           # one panel: nothing to save
+    assert row_block_options(100, 6) == [12, 24, 48, 96]
+    mod, name = _matmul(1024, 1024, 1024, target=AVX2)
+    func = schedule_kernel(mod[name], PassContext(target=AVX2))
+    assert "row blocks of 114" in attr(func, "kiln.schedule")
+    assert parse_decisions(attr(func, "kiln.decisions"))["mc"] == 114
+
+
+@pytest.mark.parametrize("fixed", [{"mc": 24}, {"mc": 24, "kc": 128}, {"mc": 48, "kc": 64}])
+def test_row_blocks_compute_the_same(fixed):
+    """Blocks of rows (the last one short, its last tile guarded: 100 = 4 x 24 + 4) alone and
+    with K in chunks, against numpy."""
+    m, k, n = 100, 256, 64
+    mod, name = _matmul(m, k, n, seed=3)
+    fixed = dict(fixed, mr=6, split="cols")
+    func = schedule_kernel(mod[name], PassContext(target=AVX2), Decisions(fixed=fixed))
+    assert f"row blocks of {fixed['mc']}" in attr(func, "kiln.schedule")
+    funcs = dict(mod.functions)
+    funcs[name] = func
+    ex = kiln.compile(kiln.IRModule(funcs, mod.attrs), target=AVX2)
+    a = np.random.default_rng(4).standard_normal((m, k)).astype("float32")
+    got = kiln.VirtualMachine(ex, kiln.cpu())["main"](kiln.nd.array(a)).numpy()
+    np.testing.assert_allclose(got, reference(mod, [a]), rtol=1e-4, atol=1e-3)
