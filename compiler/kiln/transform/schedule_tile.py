@@ -375,9 +375,7 @@ def schedule_contraction(sch: Schedule, c: Contraction, ctx: PassContext, kind: 
             and u0 is not None and outer and outer[-1] is u0 and len(c.reduce) == 1:
         m_ext, k_ext = extents[c.u], extents[c.reduce[0]]
         default = row_block(m_ext, k_ext, v_ext, mr, nr, ctx)
-        options = [0] + row_block_options(m_ext, mr)
-        mc = decide.choose("mc", options + ([default] if default not in options else []),
-                           default=default)
+        mc = decide.choose("mc", [0] + row_block_options(m_ext, mr) + [default], default=default)
     if mc:
         # Blocks of rows outside the column blocks (module docstring).
         mo, u0 = sch.split(u0, [None, mc // mr])
