@@ -90,9 +90,14 @@ class ConvPlan:
 # its multiply-adds only partly (OVERLAP of the smaller of the two is added to the larger); the
 # transforms cost per element of V (the input transform, the padded NHWC copy included) and of
 # M (the output transform with its strided NCHW stores and the fused epilogue).
+# WEIGHT_BYTES_PER_NS is the rate inside a whole model, where the previous layers have pushed
+# this one's weight out of the caches: ResNet-18's 14x14 contraction, profiled in the model on
+# a Xeon (family 6 model 167, one thread), took 1.21 ms with F(4x4) (9.4 MB of weight) and
+# 0.85 ms with F(2x2) (4.2 MB), both fitting 10 bytes/ns; alone, with the weight left in L3 by
+# the previous call, the same layer streams at ~20 (and F(2x2) was still as fast, docs/winograd.md).
 MACS_PER_NS_DIRECT = 78.0
 MACS_PER_NS_GEMM = 80.0
-WEIGHT_BYTES_PER_NS = 20.0
+WEIGHT_BYTES_PER_NS = 10.0
 OVERLAP = 0.5
 NS_PER_V = 0.35
 NS_PER_M = 0.30
