@@ -614,7 +614,29 @@ def _reinterpret(self: "ExprLowerer", e: Call, x):
     return b.bitcast(x, cg.with_lanes(cg.scalar_type(dst), lanes))
 
 
+def _prefetch(self: ExprLowerer, e: Call):
+    """``llvm.prefetch`` of the address its BufferLoad argument would read (read, into L2:
+    locality 2, as ``prefetcht1``); the value is 0."""
+    load = e.args[0]
+    if not isinstance(load, BufferLoad):
+        raise CodegenError(f"prefetch takes a buffer element, got {load!r}")
+    b = self.b
+    off = self.offset(load.buffer, load.indices)
+    if isinstance(off, Affine):     # in a vectorized loop: the first lane's line
+        off = off.base
+    if cg.is_vector(off):
+        raise CodegenError(f"prefetch of a gathered address: {e!r}")
+    ptr = b.gep(self.buf(load.buffer).ptr, [off], inbounds=True,
+                source_etype=cg.memory_type(load.buffer.dtype))
+    fn = cg.intrinsic(b.module, "llvm.prefetch", ir.VoidType(),
+                      [cg.PTR, cg.I32, cg.I32, cg.I32], [cg.PTR])
+    b.call(fn, [ptr, cg.I32(0), cg.I32(2), cg.I32(1)])
+    return cg.I32(0)
+
+
 def _call(self: ExprLowerer, e: Call):
+    if e.op == "prefetch":
+        return _prefetch(self, e)
     b = self.b
     args = [self.value(a) for a in e.args]
     if e.op in BITWISE_INTRINSICS:

@@ -88,6 +88,8 @@ class _Emitter:
             return f"_cast({self.expr(e.value)}, {e.dtype!r})"
         if isinstance(e, Call) and e.op == "reinterpret":
             return f"_reinterpret({self.expr(e.args[0])}, {e.args[0].dtype!r}, {e.dtype!r})"
+        if isinstance(e, Call) and e.op == "prefetch":
+            return "0"       # a cache hint: nothing to compute (its address may pass a dimension)
         if isinstance(e, Call):
             return _INTRINSIC[e.op].format(*(self.expr(a) for a in e.args))
         raise TypeError(f"evaluator: unsupported expression {type(e).__name__}")

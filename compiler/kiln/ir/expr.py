@@ -253,7 +253,12 @@ INTRINSICS = {"exp": 1, "log": 1, "sqrt": 1, "rsqrt": 1, "tanh": 1, "sigmoid": 1
               "pow": 2, "abs": 1, "floor": 1, "ceil": 1, "round": 1, "sin": 1, "cos": 1,
               **BITWISE_INTRINSICS,
               # the bits of its argument as the Call's dtype, of the same width (bool: one byte)
-              "reinterpret": 1}
+              "reinterpret": 1,
+              # a cache hint with no value (0): fetch into L2 the line holding the element its
+              # argument, a BufferLoad, names by its flat row-major offset (which may run past
+              # a dimension's extent, not past the buffer): ``Evaluate(Call("prefetch",
+              # (W[b, 0, 0, 0, e],), "int32"))`` (``transform/prefetch.py``)
+              "prefetch": 1}
 
 
 @dataclass(frozen=True, eq=False, repr=False)
@@ -276,7 +281,7 @@ class Call(PrimExpr):
     def own_dtype(self) -> bool:
         """True when the dtype is not derived from the arguments (``reinterpret``): rebuilding
         the node (``functor.transform``) keeps it."""
-        return self.op == "reinterpret"
+        return self.op in ("reinterpret", "prefetch")
 
 
 @dataclass(frozen=True, eq=False, repr=False)
