@@ -7,12 +7,12 @@ is out of the caches by the time the layer runs (the layers before it went throu
 others'), and one core streams about 10 bytes/ns from memory (Xeon family 6 model 167): that
 row then waits on memory while the others find the block in L1/L2, so the stream and the
 multiply-adds never overlap. ResNet-18's 7x7 512-channel 3x3 conv: 1.71 ms with its weight in
-cache, 2.2-2.4 ms with it in memory (9.4 MB).
+cache, 2.2-2.5 ms with it in memory (9.4 MB).
 
 ``prefetch_next_block`` makes each row also fetch ``1/rows`` of the *next* block's weight into
 L2 (``prefetcht1``), spread over the reduction loop: a few lines per step of the deepest loop
 that still takes at least ``MIN_LINES_PER_STEP``, so the fetches never queue up behind each
-other. When the next block starts, its weight is in L2. Same conv: 1.81 ms cold (1.57 warm);
+other. When the next block starts, its weight is in L2. Same conv: 1.8-2.0 ms cold (1.57-1.62 warm);
 ResNet-18 in the model 11% faster at one thread, MobileNetV2 3-4% (bench/RESULTS.md,
 "Session 18").
 """
@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from typing import List, Optional
 
-from ..ir import Buffer, Call, Evaluate, For, IntImm, Min, PrimExpr, PrimFunc, Var
+from ..ir import Buffer, Call, Evaluate, For, IntImm, Min, PrimFunc, Var
 from ..ir import BlockRealize, pre_order_visit, replace_stmts
 from ..ir.stmt import seq
 
@@ -34,7 +34,8 @@ LINE_ELEMENTS = 16
 MIN_LINES_PER_STEP = 4
 
 
-def prefetch_next_block(func: PrimFunc, block: str, weight: Buffer, rows: int) -> Optional[PrimFunc]:
+def prefetch_next_block(func: PrimFunc, block: str, weight: Optional[Buffer],
+                        rows: int) -> Optional[PrimFunc]:
     """``func`` with each of its parallel loop's iterations fetching one ``rows``-th of the next
     weight block; None when ``func`` is not in the form this needs.
 
@@ -45,7 +46,7 @@ def prefetch_next_block(func: PrimFunc, block: str, weight: Buffer, rows: int) -
     itself again, which is harmless).
     """
     pars = _loops(func.body, lambda n: n.kind == "parallel")
-    if len(pars) != 1 or len(weight.shape) < 2:
+    if len(pars) != 1 or weight is None or len(weight.shape) < 2:
         return None
     par = pars[0]
     if not isinstance(par.extent, IntImm) or par.extent.value % rows:

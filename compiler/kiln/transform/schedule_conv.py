@@ -226,12 +226,12 @@ def _operand_bytes(info) -> Tuple[int, int, bool]:
     """(input bytes, weight bytes, whether the kernel is 1 x 1) of a blocked conv block."""
     data, weight = _operands(info)
     in_bytes = 4 * math.prod(int(d.value) for d in data.shape) if data is not None else 0
-    w_bytes = pointwise = 0
+    w_bytes, pointwise = 0, False
     if weight is not None:
         shape = [int(d.value) for d in weight.shape]
         w_bytes = 4 * math.prod(shape)
         pointwise = len(shape) == 5 and shape[1] == shape[2] == 1   # (O/b, KH, KW, I, b)
-    return in_bytes, w_bytes, bool(pointwise)
+    return in_bytes, w_bytes, pointwise
 
 
 def _rows_outer(info, extents, rows: int, ctx: PassContext) -> bool:
@@ -274,4 +274,3 @@ def _at_root(func: PrimFunc, b) -> bool:
     body = func.body.block.body
     tops = body.seq if hasattr(body, "seq") else (body,)
     return bool(b.loops) and any(b.loops[0] is t for t in tops)
-
