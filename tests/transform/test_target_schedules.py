@@ -193,13 +193,13 @@ def test_a_one_row_matvec_is_split_across_the_cores():
 
 # ---- how a matmul's work is split among the cores ------------------------------------------------
 @pytest.mark.parametrize("m,k,n,cores,rows", [
-    (64, 512, 128, 2, True),      # A is large next to B, B (256 KiB) fits in half of L2
+    (64, 512, 128, 2, True),      # A is large next to B, B (256 KiB) fits in a quarter of L2
     (64, 256, 256, 2, True),      # its attention output projection
     (64, 256, 1024, 2, False),    # the MLP up projection: B is 4x A's size and more
     (64, 256, 768, 2, False),     # QKV
     (1, 4096, 4096, 2, False),    # one row
     (8, 64, 64, 2, False),        # too few row blocks for the cores
-    (64, 1024, 256, 2, False),    # B (1 MiB) overflows half of this target's L2 (1 MiB)
+    (64, 1024, 256, 2, False),    # B (1 MiB) overflows a quarter of this target's L2 (1 MiB)
     (64, 512, 128, 1, False),     # one core: nothing to split
     (1024, 1024, 1024, 2, False), # B (4 MiB) overflows half of L2: row blocks would re-read it
 ])
