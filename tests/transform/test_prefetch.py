@@ -1,6 +1,7 @@
-"""Software prefetch of the next weight block in channel-blocked convs (``transform/prefetch.py``,
-``schedule_conv``): where the schedule adds it, that the fetches cover the whole next block,
-that the decision ``prefetch`` turns it off, and that the numbers do not change."""
+"""Software prefetch of the next weight block in channel-blocked convs and of the next packed
+panel in matmuls (``transform/prefetch.py``, ``schedule_conv``, ``schedule_tile``): where the
+schedules add it, that the fetches cover the whole next block, that the decision ``prefetch``
+turns it off, and that the numbers do not change."""
 import itertools
 
 import numpy as np
@@ -9,13 +10,15 @@ import pytest
 import kiln
 from kiln.ir import (Add, BlockRealize, BufferLoad, Call, Evaluate, FloorDiv, FloorMod, For, IntImm,
                      Min, Mul, SeqStmt, Var)
+from kiln import ops
+from kiln.ir.graph import Constant
 from kiln.schedule.decisions import Decisions
 from kiln.transform.default_schedule import schedule_kernel
-from kiln.transform.infra import Sequential
+from kiln.transform.infra import PassContext, Sequential
 from kiln.transform.prefetch import LINE_ELEMENTS
 
 from test_conv_blocked import _compile_and_check, _conv_model
-from transform_helpers import attr, kernels
+from transform_helpers import attr, graph_module, kernels, reference, typed
 
 AVX512 = "llvm -mcpu=skylake-avx512"
 
@@ -68,29 +71,106 @@ def test_conv_prefetches_the_next_block_and_computes_the_same(x_shape, w_shape, 
     assert loops[0].kind == "parallel" and loops[-1].kind == "serial"
 
 
-def test_fetches_cover_every_line_of_the_next_block():
-    mod = _conv_model((1, 64, 10, 10), (96, 64, 3, 3), padding=(1, 1))
-    func, ctx = _unscheduled_kernel(mod, "llvm -mcpu=haswell")
-    sched = schedule_kernel(func, ctx)
+def _matmul_model(m, k, n, seed=5):
+    rng = np.random.default_rng(seed)
+    w = Constant((rng.standard_normal((k, n)) / np.sqrt(k)).astype("float32"))
+    bias = Constant(rng.standard_normal((n,)).astype("float32"))
+    return graph_module([typed("x", (1, m, k))],
+                        lambda emit, x: ops.call("add", emit("matmul", x, w), bias))
+
+
+def _scheduled(mod, target):
+    pipe = kiln.get_pipeline("default", PassContext(target=target, cores=2))
+    pre = Sequential([p for p in pipe if p.name != "default_schedule"], ctx=pipe.ctx)(mod)
+    (name,) = kernels(pre)
+    return schedule_kernel(pre[name], pipe.ctx)
+
+
+def _winograd_gemm():
+    """ResNet's 14x14 256-channel 3x3 conv as F(2x2): its GEMM, 16 products of 49 x 256 x 256,
+    the packed weight ``[4, 4, 4, 256, 64]`` (panel, product), scheduled for two cores."""
+    from kiln.transform.conv_winograd import with_winograd
+    mod = _conv_model((1, 256, 14, 14), (256, 256, 3, 3), padding=(1, 1))
+    ctx = PassContext(target=AVX512, cores=2)
+    pipe = with_winograd(kiln.get_pipeline("default", ctx), choose=lambda call, plan: 2)
+    pre = Sequential([p for p in pipe if p.name != "default_schedule"], ctx=pipe.ctx)(mod)
+    return schedule_kernel(pre["winograd_gemm"], pipe.ctx)
+
+
+def _conv_reads(rows):
+    return lambda f, shape: (f // rows) % shape[0]
+
+
+def _winograd_reads(f, shape):
+    # the parallel loop walks (a, b, panel), the weight is [panel, a, b, K, P]
+    nb, ta, tb = shape[:3]
+    a, b, panel = f // (tb * nb), f // nb % tb, f % nb
+    return (panel * ta + a) * tb + b
+
+
+@pytest.mark.parametrize("make,rows,trailing,reads", [
+    # tile 5x16, 6 channel blocks x 10 rows: each row fetches a tenth of the next block
+    (lambda: _scheduled(_conv_model((1, 64, 10, 10), (96, 64, 3, 3), padding=(1, 1)),
+                        "llvm -mcpu=haswell"), 10, 4, _conv_reads(10)),
+    # tile 5x16 flat: each pixel tile (a serial loop under the block) fetches a part
+    (lambda: _scheduled(_conv_model((1, 64, 7, 7), (128, 64, 3, 3), padding=(1, 1)),
+                        "llvm -mcpu=haswell"), 1, 4, _conv_reads(1)),
+    # 16 panels of 64 columns, 11 row tiles each (the last guarded)
+    (lambda: _scheduled(_matmul_model(64, 256, 1024), AVX512), 1, 2, _conv_reads(1)),
+    # a batch of products: each iteration reads one product's panel, K x P of [N/P, 4, 4, K, P]
+    (_winograd_gemm, 1, 2, _winograd_reads),
+], ids=["conv", "conv-flat", "matmul", "winograd-gemm"])
+def test_fetches_cover_every_line_of_the_next_block(make, rows, trailing, reads):
+    sched = make()
+    assert "prefetch next" in attr(sched, "kiln.schedule")
     (call, loops), = _fetches(sched)
     load = call.args[0]
     assert isinstance(load, BufferLoad)
     shape = [int(d.value) for d in load.buffer.shape]
-    block = int(np.prod(shape[1:]))
+    block = int(np.prod(shape[-trailing:]))
+    strides = [int(np.prod(shape[a + 1:])) for a in range(len(shape))]
     par = loops[0]
-    rows = 10
-    blocks = par.extent.value // rows
+    groups = par.extent.value // rows
+    assert groups >= 3
     lines = {}
     for values in itertools.product(*(range(int(lp.extent.value)) for lp in loops)):
         env = dict(zip((lp.loop_var for lp in loops), values))
-        b = _value(load.indices[0], env)
-        off = _value(load.indices[-1], env)
-        assert 0 <= off < block and all(_value(i, env) == 0 for i in load.indices[1:-1])
-        lines.setdefault(env[par.loop_var] // rows, {}).setdefault(b, set()).add(off // LINE_ELEMENTS)
-    for g in range(blocks - 1):
-        # the rows of block g fetch all of block g + 1, and nothing else
-        assert set(lines[g]) == {g + 1}
-        assert lines[g][g + 1] == set(range(-(-block // LINE_ELEMENTS)))
+        index = [_value(i, env) for i in load.indices]
+        assert 0 <= index[-1] < block and all(i == 0 for i in index[len(shape) - trailing:-1])
+        flat = sum(i * st for i, st in zip(index, strides))
+        lines.setdefault(env[par.loop_var] // rows, {}).setdefault(flat // block, set()) \
+            .add(flat % block // LINE_ELEMENTS)
+    for g in range(groups - 1):
+        # the work of group g fetches all of the block the next group reads, and nothing else
+        nxt = reads((g + 1) * rows, shape)
+        assert set(lines[g]) == {nxt}
+        assert lines[g][nxt] == set(range(-(-block // LINE_ELEMENTS)))
+
+
+@pytest.mark.parametrize("m,k,n", [(64, 256, 1024), (50, 96, 640), (7, 64, 640)])
+def test_matmul_prefetching_panels_matches_numpy(m, k, n):
+    """Rows not a multiple of the tile's and a bias in the write-back, at 1 and 2 threads."""
+    mod = _matmul_model(m, k, n)
+    ctx = PassContext(target="llvm", cores=2, parallel_min_elements=256)
+    out = kiln.get_pipeline("default", ctx)(mod)
+    (name,) = kernels(out)
+    assert attr(out[name], "kiln.schedule").endswith("prefetch next panel")
+    vm = kiln.VirtualMachine(kiln.compile(out, target="llvm"), kiln.cpu())
+    x = np.random.default_rng(6).standard_normal((1, m, k)).astype("float32")
+    try:
+        for threads in (1, 2):
+            kiln.set_num_threads(threads)
+            got = vm["main"](kiln.nd.array(x)).numpy()
+            np.testing.assert_allclose(got, reference(mod, [x]), rtol=1e-4, atol=1e-4)
+    finally:
+        kiln.set_num_threads(0)
+
+
+def test_matmul_split_by_rows_does_not_prefetch():
+    # 64 x 256 x 256: split by rows, every row block reads all of B, which stays in L2
+    sched = _scheduled(_matmul_model(64, 256, 256), AVX512)
+    desc = attr(sched, "kiln.schedule")
+    assert "parallel by rows" in desc and "prefetch" not in desc and not _fetches(sched)
 
 
 def test_decision_turns_prefetch_off_with_the_same_numbers():
@@ -111,9 +191,16 @@ def test_decision_turns_prefetch_off_with_the_same_numbers():
     np.testing.assert_array_equal(results[0], results[1])
 
 
-def test_flat_tiles_do_not_prefetch():
-    # 1x1 conv on a short image: flat tiles; its schedule is left as it was
+def test_rows_outer_tiles_do_not_prefetch():
+    # a 1x1 conv on a short image goes rows outer: every row reads every block's weight
     mod = _conv_model((1, 96, 7, 7), (32, 96, 1, 1))
-    out, name = _compile_and_check(mod, (1, 96, 7, 7))
+    out, name = _compile_and_check(mod, (1, 96, 7, 7), target="llvm -mcpu=haswell")
     desc = attr(out[name], "kiln.schedule")
-    assert "flat" in desc and "prefetch" not in desc
+    assert "flat" in desc and "rows outer" in desc and "prefetch" not in desc
+
+
+def test_flat_conv_prefetching_matches_numpy():
+    out, name = _compile_and_check(_conv_model((1, 64, 7, 7), (128, 64, 3, 3), padding=(1, 1)),
+                                   (1, 64, 7, 7), target="llvm -mcpu=haswell")
+    desc = attr(out[name], "kiln.schedule")
+    assert "flat" in desc and desc.endswith("prefetch next block")

@@ -1,4 +1,5 @@
-"""Software prefetch of the next weight block, for kernels whose outer loop walks weight blocks.
+"""Software prefetch of the next weight block, for kernels whose outer loop walks weight blocks:
+channel-blocked convs (``schedule_conv``) and matmuls over packed panels (``schedule_tile``).
 
 A channel-blocked conv (``schedule_conv``) runs ``for (n, ob, y) in parallel``: per block of
 output channels ``ob``, its ``rows`` output rows, each a register tile that reads the block's
@@ -15,14 +16,23 @@ that still takes at least ``MIN_LINES_PER_STEP``, so the fetches never queue up 
 other. When the next block starts, its weight is in L2. Same conv: 1.8-2.0 ms cold (1.57-1.62 warm);
 ResNet-18 in the model 11% faster at one thread, MobileNetV2 3-4% (bench/RESULTS.md,
 "Session 18").
+
+The same holds for a matmul split by column panels, ``for panel in parallel: for row tile:
+reduction``: the first row tile of each packed panel (``K x 64`` floats) reads it from memory.
+There the row tiles split each part again (a serial *part loop* between the parallel loop and
+the reduction), as a flat conv's pixel tiles do under its channel block. The GPT-style decoder's
+projections with their weight in memory: 10-17% faster each at one thread, the model 4-5% at
+one and two threads; ResNet-18 for AVX2 (flat tiles at 7x7) 4-8% (bench/RESULTS.md,
+"Session 19").
 """
 from __future__ import annotations
 
 import math
-from typing import List, Optional
+from typing import List, Optional, Tuple
 
-from ..ir import Buffer, Call, Evaluate, For, IntImm, Min, PrimFunc, Var
-from ..ir import BlockRealize, pre_order_visit, replace_stmts
+from ..arith.analyzer import simplify
+from ..ir import Buffer, BufferLoad, Call, Evaluate, For, IntImm, Min, PrimFunc, Var
+from ..ir import BlockRealize, collect, pre_order_visit, replace_stmts, substitute, uses_var
 from ..ir.stmt import seq
 
 # Cache lines (16 floats) per prefetch.
@@ -40,9 +50,13 @@ def prefetch_next_block(func: PrimFunc, block: str, weight: Optional[Buffer],
     weight block; None when ``func`` is not in the form this needs.
 
     The form: one parallel loop ``f`` over (blocks x ``rows``) whose iteration ``f`` works on
-    block ``f // rows`` of ``weight`` (its first axis, taken modulo its extent: a batch walks the
-    blocks again per image) and computes reduction block ``block`` inside a serial loop nest.
-    Iteration ``f`` fetches part ``f % rows`` of block ``f // rows + 1`` (the last block fetches
+    block ``f // rows``, and computes reduction block ``block`` inside a serial loop nest,
+    directly or under one serial part loop (``_reduction_nest``). A block is the run of
+    ``weight`` that one iteration reads (``_next_block``): its leading axes fixed by ``f``,
+    all of its trailing axes (a conv's ``[O/b, KH, KW, I, b]``: one channel block; a packed
+    matmul weight ``[N/P, K, P]``: one panel; a Winograd GEMM's ``[N/P, 6, 6, K, P]``: one
+    product's panel). Iteration ``f`` fetches part ``f % rows`` of the next iteration's block
+    (``f // rows + 1``), split again into the part loop's iterations (the last block fetches
     itself again, which is harmless).
     """
     pars = _loops(func.body, lambda n: n.kind == "parallel")
@@ -51,11 +65,20 @@ def prefetch_next_block(func: PrimFunc, block: str, weight: Optional[Buffer],
     par = pars[0]
     if not isinstance(par.extent, IntImm) or par.extent.value % rows:
         return None
-    chain = _reduction_nest(par, block)
+    part, chain = _reduction_nest(par, block)
     if not chain:
         return None
+    f = par.loop_var
+    nxt = Min((f // rows + 1) * rows, IntImm(par.extent.value - 1, "int32"))
+    prefix = _next_block(par, block, weight, nxt)
+    if prefix is None:
+        return None
+    # A serial loop between the parallel loop and the reduction (a matmul's row tiles under a
+    # column panel, a flat conv's pixel tiles under a channel block) splits each part again.
+    inner = int(part.extent.value) if part is not None else 1
+    inner_index = part.loop_var if part is not None else IntImm(0, "int32")
     shape = [int(d.value) for d in weight.shape]
-    size = math.prod(shape[1:])                       # elements of one block
+    size = math.prod(shape[len(prefix):])             # elements of one block
     lines = -(-size // LINE_ELEMENTS)
     # The deepest loop of the nest that still fetches MIN_LINES_PER_STEP a step (the outermost
     # one at least), and the flat index of its step within one row.
@@ -64,22 +87,48 @@ def prefetch_next_block(func: PrimFunc, block: str, weight: Optional[Buffer],
     for loop in chain:
         count *= int(loop.extent.value)
         step = step * int(loop.extent.value) + loop.loop_var
-        if at is None or lines >= MIN_LINES_PER_STEP * rows * count:
+        if at is None or lines >= MIN_LINES_PER_STEP * rows * inner * count:
             at, at_step, at_count = loop, step, count
-    per = -(-lines // (rows * at_count))
-    f = par.loop_var
-    last = IntImm(par.extent.value // rows - 1, "int32")
-    nxt = Min(f // rows + 1, last) % shape[0]
+    per = -(-lines // (rows * inner * at_count))
     j = Var("pf", "int32")
-    first = (((f % rows) * at_count + at_step) * per + j) * LINE_ELEMENTS
-    # The weight is contiguous: element e of a block is index (nxt, 0, ..., 0, e).
+    slot = ((f % rows) * inner + inner_index) * at_count + at_step
+    first = (slot * per + j) * LINE_ELEMENTS
+    # The block is contiguous: its element e is index (prefix..., 0, ..., 0, e).
     offset = Min(first, IntImm(size - 1, "int32"))
-    zeros = [IntImm(0, "int32")] * (len(shape) - 2)
+    zeros = [IntImm(0, "int32")] * (len(shape) - len(prefix) - 1)
     fetch = For(j, 0, per, "serial",
-                Evaluate(Call("prefetch", (weight[(nxt, *zeros, offset)],), "int32")))
+                Evaluate(Call("prefetch", (weight[(*prefix, *zeros, offset)],), "int32")))
     new = For(at.loop_var, at.min, at.extent, at.kind, seq(fetch, at.body),
               at.thread_binding, at.annotations)
     return PrimFunc(func.params, replace_stmts(func.body, {id(at): new}), func.attrs)
+
+
+def _next_block(par: For, block: str, weight: Buffer, nxt) -> Optional[List]:
+    """The leading indices of ``weight`` that iteration ``nxt`` of ``par`` reads in block
+    ``block``: the indices of its load (in loop variables), every loop but ``par``'s at 0, cut
+    after the last axis that depends on ``par``'s variable, then ``nxt`` put in for it. None
+    when the load is not found, no axis depends on it, or all do (no block to fetch)."""
+    realizes = []
+    pre_order_visit(par, lambda n: realizes.append(n) if isinstance(n, BlockRealize)
+                    and n.block.name_hint == block else None)
+    if len(realizes) != 1:
+        return None
+    realize = realizes[0]
+    loads = [ld for ld in collect(realize.block.body, BufferLoad) if ld.buffer is weight]
+    if len(loads) != 1:
+        return None
+    bound = {iv.var: value for iv, value in zip(realize.block.iter_vars, realize.iter_values)}
+    f = par.loop_var
+    indices = []
+    for index in loads[0].indices:
+        index = substitute(index, bound)
+        others = {v: IntImm(0, "int32") for v in collect(index, Var) if v is not f}
+        # (simplified: a panel's lane index ``(f % 16 * 64 + lane) % 64`` does not depend on f)
+        indices.append(simplify(substitute(index, others), {f: (0, int(par.extent.value))}))
+    dependent = [a for a, index in enumerate(indices) if uses_var(index, f)]
+    if not dependent or dependent[-1] == len(indices) - 1:
+        return None
+    return [substitute(index, {f: nxt}) for index in indices[:dependent[-1] + 1]]
 
 
 def _loops(node, keep) -> List[For]:
@@ -88,9 +137,11 @@ def _loops(node, keep) -> List[For]:
     return found
 
 
-def _reduction_nest(par: For, block: str) -> List[For]:
-    """The perfect nest of serial loops, outermost first, that directly under ``par`` holds the
-    reduction block ``block`` (the init and write-back are its siblings)."""
+def _reduction_nest(par: For, block: str) -> Tuple[Optional[For], List[For]]:
+    """(part loop, nest): the perfect nest of serial loops, outermost first, that holds the
+    reduction block ``block`` directly under ``par`` (the init and write-back are its siblings),
+    or under one serial loop of ``par``'s (the part loop: its body holds the nest beside the
+    init and write-back). (None, []) when there is no such nest."""
     body = par.body
     for s in (body.seq if hasattr(body, "seq") else (body,)):
         if not isinstance(s, For) or s.kind != "serial" or not _holds(s, block):
@@ -98,8 +149,14 @@ def _reduction_nest(par: For, block: str) -> List[For]:
         chain = [s]
         while isinstance(chain[-1].body, For) and chain[-1].body.kind == "serial":
             chain.append(chain[-1].body)
-        return chain if all(isinstance(lp.extent, IntImm) for lp in chain) else []
-    return []
+        if not all(isinstance(lp.extent, IntImm) for lp in chain):
+            return None, []
+        if len(chain) == 1 and hasattr(s.body, "seq"):
+            deeper = _reduction_nest(s, block)[1]
+            if deeper:
+                return s, deeper
+        return None, chain
+    return None, []
 
 
 def _holds(node, block: str) -> bool:

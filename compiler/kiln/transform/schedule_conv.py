@@ -26,8 +26,8 @@ output pixels ``p = y * W + x`` of an image (``oi`` the ``bn`` output channels o
   less than re-reading the input per channel block (1x1 convs on large images). Flat tiles:
   ``(n, ob)`` fused and parallel, or the tile loop when there are few channel blocks or it goes
   outermost (it stays a loop of its own, see below);
-- with channel blocks outer (not flat), each output row also fetches a part of the next
-  channel block's weight into L2 (``prefetch.prefetch_next_block``; the decision
+- with channel blocks outer, each output row (flat: each pixel tile) also fetches a part of
+  the next channel block's weight into L2 (``prefetch.prefetch_next_block``; the decision
   ``prefetch``): inside a model that weight is in memory, and without it the block's first
   row waits on it (ResNet-18: 11% faster at one thread).
 
@@ -168,17 +168,21 @@ def schedule_blocked_conv(func: PrimFunc, ctx: PassContext,
         # The tile loop stays a loop of its own (not fused with the others): lowering peels
         # its guarded last tile off only there (``partition_loops`` needs the guard linear in
         # the loop variable), and the tile's accumulators need a constant pixel count.
+        blocks_parallel = True      # the parallel loop walks the channel blocks
         if not flat:
             sch.parallel(sch.fuse(*par))
         elif po is None or (not rows_outer and extents[0] * extents[1] >= PARALLEL_TASKS):
             sch.parallel(sch.fuse(n, ob))
         else:
             sch.parallel(po)
+            blocks_parallel = False
         parts.append("parallel")
-        if not flat and not rows_outer \
+        if blocks_parallel and not rows_outer \
                 and decide.choose("prefetch", [False, True], default=True):
-            # Each row fetches part of the next channel block's weight (``prefetch.py``).
-            fetched = prefetch_next_block(sch.func, conv, _operands(info)[1], extents[2])
+            # Each row (flat: each pixel tile) fetches part of the next channel block's weight
+            # (``prefetch.py``).
+            fetched = prefetch_next_block(sch.func, conv, _operands(info)[1],
+                                          1 if flat else extents[2])
             if fetched is not None:
                 sch = Schedule(IRModule({"main": fetched}), "main")
                 parts.append("prefetch next block")

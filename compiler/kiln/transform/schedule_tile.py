@@ -25,7 +25,10 @@ shape of the contraction block ``C[..] = C[..] + A[..] * B[..]``:
   lives in a local buffer of the panel's rows (L1), re-read at each chunk;
 - a matmul whose A does not fit in L2 takes its rows in blocks (``row_block``), outside the
   column blocks: each block of A stays in L2 while every panel of B streams past it, instead
-  of all of A streaming from L3 past each panel (1024^3 on AVX2: 0.8 -> 0.96x OpenBLAS).
+  of all of A streaming from L3 past each panel (1024^3 on AVX2: 0.8 -> 0.96x OpenBLAS);
+- a matmul split by column panels of a packed weight has each row tile fetch part of the next
+  panel into L2 (``prefetch.prefetch_next_block``, the decision ``prefetch``): inside a model
+  the weight is in memory, and the panel's first row tile would wait on it.
 
 Tile sizes (``layout.py``, shared with the weight packing so both agree): NR divides the
 vector axis (16, 8, else the largest divisor down to 4, else the whole axis up to 16) or is
@@ -52,6 +55,7 @@ from .infra import PassContext
 from .kernels import PACK_ANNOTATION
 from ..schedule.decisions import Decisions
 from .layout import divisor_at_most, matmul_tile_rows, tile_rows, vector_tile, vectors
+from .prefetch import prefetch_next_block
 from .schedule_rules import (BlockInfo, block_infos, consumers, find, params_of,
                              schedule_spatial, static_extent)
 
@@ -269,7 +273,8 @@ def schedule_contraction(sch: Schedule, c: Contraction, ctx: PassContext, kind: 
     ``k_block``), ``parallel`` (how many outer loops are fused into the parallel loop; 0:
     serial), ``split`` (a matmul's parallel loop over column blocks or row blocks;
     ``split_rows``), ``strip`` and ``strip_rows`` (a one-row product with B given at run time:
-    the width of the strips of B's rows it walks, 0: the register tile; ``walk_strip``)."""
+    the width of the strips of B's rows it walks, 0: the register tile; ``walk_strip``),
+    ``prefetch`` (a packed weight split by column panels: the next panel fetched)."""
     decide = decide if decide is not None else Decisions()
     info = c.info
     loops = [LoopRV(f.loop_var) for f in info.loops]
@@ -519,12 +524,29 @@ def schedule_contraction(sch: Schedule, c: Contraction, ctx: PassContext, kind: 
             loop = sch.fuse(*par) if len(par) > 1 else par[0]
             sch.parallel(loop)
             parts.append("parallel by rows" if by_rows else "parallel")
+            if kind == "matmul" and _packed_weight(c) is not None and not by_rows and not kc \
+                    and not mc and u0 is not None and depth == len(outer) - 1 \
+                    and outer[-1] is u0 and decide.choose("prefetch", [False, True], default=True):
+                # Each row tile of a panel fetches part of the next panel (``prefetch.py``).
+                fetched = prefetch_next_block(sch.func, info.name, _packed_weight(c), 1)
+                if fetched is not None:
+                    sch._set_body(fetched.body)
+                    parts.append("prefetch next panel")
     # Blocks left at the root (conv padding, epilogues that could not move): elementwise rule.
     for b in block_infos(sch.func):
         serial = all(f.kind == "serial" for f in b.loops)
         if not b.is_reduction and _at_root(sch.func, b) and serial:
             schedule_spatial(sch, b.name, ctx, decide)
     return f"{kind}: " + ", ".join(parts)
+
+
+def _packed_weight(c: Contraction):
+    """The packed weight ``W[N / P, ..., K, P]`` a contraction reads along its vector axis."""
+    last = c.info.store.indices[-1]
+    for ld in collect(c.info.store.value, BufferLoad):
+        if ld.buffer is not c.info.store.buffer and _panel(ld, last):
+            return ld.buffer
+    return None
 
 
 def _at_root(func: PrimFunc, b: BlockInfo) -> bool:
