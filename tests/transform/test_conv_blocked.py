@@ -58,6 +58,13 @@ CASES = [
     ((1, 32, 9, 9), (32, 1, 3, 3), {"padding": (1, 1), "strides": (2, 2), "groups": 32}, "conv: "),
     ((1, 16, 14, 14), (16, 1, 5, 5), {"padding": (2, 2), "strides": (2, 2), "groups": 16}, "conv: "),
     ((1, 16, 28, 28), (32, 16, 3, 3), {"padding": (1, 1)}, "conv nchwc: tile 6x16"),   # 4x6+4
+    # grouped, groups of 8 or more channels: a block of output channels per group or within one
+    # (RegNet's groups of 8; 2 groups of 32 in blocks of 8; a small grouped 1x1 read NHWC)
+    ((1, 64, 14, 14), (64, 8, 3, 3), {"padding": (1, 1), "groups": 8}, "conv nchwc: tile 11x8 flat"),
+    ((1, 48, 15, 15), (48, 8, 3, 3), {"padding": (1, 1), "strides": (2, 2), "groups": 6},
+     "conv nchwc: tile 8x8"),
+    ((2, 32, 9, 9), (64, 16, 3, 3), {"padding": (1, 1), "groups": 2}, "conv nchwc: tile 9x8"),
+    ((1, 64, 7, 7), (32, 32, 1, 1), {"groups": 2}, "conv nchwc: tile 5x16 flat"),
     # NCHW: output channels not a multiple of 8, grouped, unit-stride depthwise / short
     # reduction on a wide image
     ((1, 8, 10, 10), (12, 8, 3, 3), {"padding": (1, 1)}, "conv: "),
@@ -85,6 +92,18 @@ def test_conv_matches_numpy_with_the_host_tiles(x_shape, w_shape, attrs, want):
     mod = _conv_model(x_shape, w_shape, **attrs)
     out, name = _compile_and_check(mod, x_shape, PassContext(winograd=False), target="llvm")
     assert attr(out[name], "kiln.schedule").split(":")[0] == want.split(":")[0]
+
+
+@pytest.mark.parametrize("target", [AVX2, "llvm"])
+def test_grouped_conv_blocks_walk_their_groups(target):
+    """A grouped conv's channel blocks each read their group's input only: channel blocks
+    outer, in parallel (RegNetY-400MF's 14 x 14 stage: 26 groups of 8 channels)."""
+    x_shape = (1, 208, 14, 14)
+    mod = _conv_model(x_shape, (208, 8, 3, 3), padding=(1, 1), groups=26)
+    out, name = _compile_and_check(mod, x_shape, PassContext(winograd=False), target=target)
+    desc = attr(out[name], "kiln.schedule")
+    assert desc.startswith("conv nchwc: tile") and "x8" in desc, desc
+    assert "channel blocks outer" in desc and "parallel" in desc, desc
 
 
 @pytest.mark.parametrize("x_shape,w_shape,attrs,nhwc", [

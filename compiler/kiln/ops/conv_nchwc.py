@@ -25,8 +25,10 @@ contiguous, and a blocked output is written ``bn`` contiguous channels per pixel
 With ``pixel_major`` an NCHW input is first copied to NHWC (``conv2d_pad_nhwc``, with the
 padding if any), so that the reduction over input channels reads each pixel's channels
 contiguously instead of one value per channel plane (``transform/conv_blocked.pixel_major``
-says when). Only regular convolutions (groups = 1) are computed here; depthwise ones over NCHW
-stay in the NCHW schedule, over blocked activations they are ``depthwise_conv2d_nchwc``.
+says when). Regular convolutions and grouped ones whose groups are whole blocks wide are
+computed here (a block of a grouped conv reads its group's input channels, ``ob // (blocks a
+group) * I/groups + rc``); depthwise ones over NCHW stay in the NCHW schedule, over blocked
+activations they are ``depthwise_conv2d_nchwc``.
 """
 from __future__ import annotations
 
@@ -63,7 +65,8 @@ def conv2d_nchwc(x: te.Tensor, wp: te.Tensor, w_shape, attrs: dict, bn: int,
                  flat: bool = True, pixel_major: bool = False,
                  out_blocked: bool = False) -> te.Tensor:
     """``conv2d(x, W)`` from the packed weight ``wp`` (``[O/bn, KH, KW, I, bn]`` of the
-    weight of shape ``w_shape``), computed in blocks of ``bn`` output channels; groups must be 1.
+    weight of shape ``w_shape``), computed in blocks of ``bn`` output channels; a grouped conv's
+    blocks each lie in one group (``bn`` divides its output channels) and read an NCHW input.
     ``x`` is NCHW, or channel-blocked ``[N, I/bi, H, W, bi]`` (then the reduction runs over
     ``(ry, rx, rco, rci)``, input channel ``rco * bi + rci``, so each step reads a pixel's
     ``bi`` channels contiguously). ``flat``: the blocked result over flat pixels
@@ -82,10 +85,13 @@ def conv2d_nchwc(x: te.Tensor, wp: te.Tensor, w_shape, attrs: dict, bn: int,
     rx = te.reduce_axis((0, kernel[1]), name="rx")
     sy, sx = strides
     dy, dx = dilation
-    if groups != 1:
-        raise ValueError(f"conv2d_nchwc: groups={groups} with weight {tuple(w_shape)}; only regular "
-                         "convolutions (groups = 1) are computed channel-blocked")
+    group_out = n_out // groups
+    if group_out % bn:
+        raise ValueError(f"conv2d_nchwc: groups={groups} with weight {tuple(w_shape)}: a block of "
+                         f"{bn} output channels must lie in one group of {group_out}")
     in_block = const_dim(x.shape[4]) if len(x.shape) == 5 else None
+    if groups != 1 and in_block is not None:
+        raise ValueError("conv2d_nchwc: a grouped conv reads an NCHW input, not a blocked one")
     if in_block is not None and pixel_major:
         raise ValueError("conv2d_nchwc: a channel-blocked input is read as it is (no NHWC copy)")
     pad = x
@@ -110,7 +116,9 @@ def conv2d_nchwc(x: te.Tensor, wp: te.Tensor, w_shape, attrs: dict, bn: int,
         axes = [ry, rx, rc]
 
         def term(n, yy, xq, ob, oi):
-            value = pad[n, yy, xq, rc] if pixel_major else pad[n, rc, yy, xq]
+            # Grouped: block ob lies in group ob * bn // group_out and reads its cg channels.
+            c = rc if groups == 1 else ob // (group_out // bn) * cg + rc
+            value = pad[n, yy, xq, c] if pixel_major else pad[n, c, yy, xq]
             return value * wp[ob, ry, rx, rc, oi]
 
     def f(n, ob, *pixel):

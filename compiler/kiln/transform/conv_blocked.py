@@ -4,7 +4,9 @@ that the weight packing and the schedule (``schedule_conv.py``) share.
 A float32 ``conv2d`` with a constant weight (so the weight is packed once at compile time,
 ``PassContext.prepack_weights``) and static shapes is blocked when it is
 
-a regular convolution (groups = 1) with a multiple of 8 output channels, except a unit-stride
+a regular convolution (groups = 1) with a multiple of 8 output channels, or a grouped one whose
+groups are multiples of 8 channels wide (``group_width``: each block of output channels lies in
+one group and reads its input channels), except a unit-stride
 conv with an output at least 16 wide and fewer than 64 multiply-adds per output (``C*KH*KW``):
 the NCHW schedule, vectorized along the width, is faster there (the blocked write-back scatters
 across channel planes, which only pays off when each output takes enough FMAs). Depthwise
@@ -22,7 +24,8 @@ tile are chosen together from the output size (``conv_tile``, ``tile_plan``): th
 along each output row, or along the image's ``H * W`` pixels as one flat run when rows are
 short (7 or 14 wide); it need not divide either (the last tile of a row or image is guarded).
 The weight is packed along O by ``bn`` (OIHW[bn]o, the existing ``conv2d`` pack of ``layout.py``
-with panels of ``bn``). Any other conv2d (grouped, channel counts not a multiple
+with panels of ``bn``; a grouped conv's weight ``[O, I/groups, KH, KW]`` the same way). Any
+other conv2d (groups narrower than 8 channels, channel counts not a multiple
 of 8, weights given at run time, ``PassContext(conv_blocking=False)``) keeps the NCHW program
 and its width-vectorized schedule.
 """
@@ -61,9 +64,7 @@ def blocked_plan(call: Call, ctx: PassContext) -> Optional[layout.PackPlan]:
                for t in (x_ty, w_ty, out_ty)):
         return None
     shape = w_ty.static_shape()
-    groups = dict(call.attrs).get("groups", 1)
-    groups = groups[0] if isinstance(groups, (list, tuple)) else groups
-    if groups != 1:         # grouped and depthwise convs keep NCHW (module docstring)
+    if group_width(call) is None:     # depthwise and narrow groups keep NCHW (module docstring)
         return None
     strides = dict(call.attrs).get("strides", (1, 1))
     strides = tuple(strides) if isinstance(strides, (list, tuple)) else (strides, strides)
@@ -77,9 +78,31 @@ def blocked_plan(call: Call, ctx: PassContext) -> Optional[layout.PackPlan]:
     if unit_stride and width >= WIDE and shape[1] * shape[2] * shape[3] < MIN_REDUCTION:
         return None
     out_shape = out_ty.static_shape()
-    if conv_tile(shape[0], out_shape[2], out_shape[3], ctx) is None:
+    if conv_tile(group_width(call), out_shape[2], out_shape[3], ctx) is None:
         return None
     return layout.PackPlan(CONV_BLOCKED, shape, conv_block(call, ctx), None)
+
+
+# The narrowest groups of output channels a grouped conv is computed channel-blocked for: a
+# block of output channels must lie in one group (it then reads that group's input channels).
+MIN_GROUP_WIDTH = 8
+
+
+def group_width(call: Call) -> Optional[int]:
+    """The output channels per group of the conv2d ``call`` (all of them when groups = 1), or
+    None for a grouped conv whose groups are narrower than ``MIN_GROUP_WIDTH`` or not a
+    multiple of 8 (depthwise convs among them).
+
+    RegNet's 3x3 convs in groups of 8 channels (``[208, 8, 3, 3]``, groups 26) are blocked in
+    8-channel blocks, one group each, vectorized over its output channels; in NCHW they were
+    vectorized along rows of 7 or 14 pixels (RegNetY-400MF: 16-29 GFLOP/s there)."""
+    groups = dict(call.attrs).get("groups", 1)
+    groups = groups[0] if isinstance(groups, (list, tuple)) else groups
+    o = call.args[1].ty.static_shape()[0]
+    width = o // groups
+    if groups != 1 and (width < MIN_GROUP_WIDTH or width % 8):
+        return None
+    return width
 
 
 # A block of three 8-channel groups, for the channel counts of MobileNet-style models that 16
@@ -116,7 +139,8 @@ def flat_pixels(call: Call, ctx: PassContext) -> bool:
     """Whether the blocked ``call`` is computed over flat pixels (its tiles run along the
     image's ``H * W`` pixels, ``tile_plan``), rather than along each row."""
     out = call.ty.static_shape()
-    if conv_tile(call.args[1].ty.static_shape()[0], out[2], out[3], ctx) is None:
+    if conv_tile(group_width(call) or call.args[1].ty.static_shape()[0], out[2], out[3],
+                 ctx) is None:
         return False
     return tile_plan(conv_block(call, ctx), out[2], out[3], ctx)[1]
 
@@ -225,7 +249,7 @@ def conv_block(call: Call, ctx: PassContext) -> int:
     """The output-channel block of the blocked ``conv2d`` ``call``: with ``ctx.tuning_db``,
     the layer's best record (the tuner's ``conv_block`` decision, ``tune/layers.py``), else
     ``conv_tile``'s pick."""
-    o = call.args[1].ty.static_shape()[0]
+    o = group_width(call) or call.args[1].ty.static_shape()[0]
     _, _, h, w = call.ty.static_shape()
     if ctx.tuning_db:
         from ..tune.layers import BLOCK, recorded_choice
