@@ -48,7 +48,7 @@ from .conv_blocked import ANNOTATION, FLAT_OVERHEAD, STEP_OVERHEAD, pixel_tile
 from .infra import PassContext
 from .layout import vectors
 from .prefetch import prefetch_next_block
-from .schedule_tile import REMOTE_BYTE_COST, stays_in_l2_across_rows
+from .schedule_tile import REMOTE_BYTE_COST
 from .schedule_rules import (block_infos, consumers, find, inline_intermediates, loop_rvs,
                              schedule_spatial, static_extent, tile_write_back)
 
@@ -251,11 +251,12 @@ def _rows_outer(info, extents, rows: int, ctx: PassContext) -> bool:
     """Whether the pixel tiles go outside the channel blocks: each row of the input is then
     read once while all weights are re-read per output row (of ``rows``), instead of each
     channel block's weights read once while the whole input is re-read per block. Picks the
-    smaller re-read traffic (a grouped conv's blocks re-read nothing: channel blocks outer); and on more than one core, a 1 x 1 conv whose weights fit in a
-    quarter of L2 (``schedule_tile.stays_in_l2_across_rows``) goes by rows like a matmul
-    (``schedule_tile.split_rows``): each core then reads only its rows of the input, which
-    the kernel before wrote into its cache (MobileNetV2's pointwise convs: 2-3% faster at 2
-    threads, 1 thread unchanged)."""
+    smaller re-read traffic (a grouped conv's blocks re-read nothing: channel blocks outer);
+    and on more than one core, a 1 x 1 conv whose weights fit in half of L2 goes by rows like
+    a matmul (``schedule_tile.split_rows``): each core then reads only its rows of the input,
+    which the kernel before wrote into its cache (MobileNetV2's pointwise convs: 2-3% faster
+    at 2 threads, 1 thread unchanged; with a quarter of L2 as for a matmul, its 160 <-> 960
+    convs went by channel blocks and the model ran 1-3% slower, session 19)."""
     _, blocks = extents[:2]
     if _grouped(info):
         # Each channel block reads only its group's input channels: nothing is re-read.
@@ -263,7 +264,7 @@ def _rows_outer(info, extents, rows: int, ctx: PassContext) -> bool:
     in_bytes, w_bytes, pointwise = _operand_bytes(info)
     if rows * w_bytes < blocks * in_bytes:
         return True
-    return ctx.cores > 1 and pointwise and stays_in_l2_across_rows(w_bytes, ctx) \
+    return ctx.cores > 1 and pointwise and w_bytes <= ctx.machine.l2_bytes // 2 \
         and REMOTE_BYTE_COST * in_bytes >= w_bytes
 
 

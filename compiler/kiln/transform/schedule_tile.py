@@ -199,14 +199,6 @@ def row_block_options(m: Optional[int], mr: int) -> List[int]:
 REMOTE_BYTE_COST = 8
 
 
-def stays_in_l2_across_rows(weight_bytes: int, ctx: PassContext) -> bool:
-    """Whether a weight that every row block of a row split re-reads stays in L2 between the
-    blocks: at most a quarter of L2 (``split_rows``; the same bound for a 1 x 1 conv's rows
-    outer, ``schedule_conv._rows_outer``: MobileNetV2's 160 <-> 960 pointwise convs, 600 KB of
-    weight, 2-4% faster by channel blocks with 2 MiB of L2)."""
-    return weight_bytes <= ctx.machine.l2_bytes // 4
-
-
 def split_rows(m: Optional[int], k: Optional[int], n: Optional[int], mr: int, ctx: PassContext) -> bool:
     """Whether a matmul ``m x k x n`` splits its row blocks (of ``mr`` rows) among the threads
     instead of its column blocks: per thread, a column split reads all of A (``m x k``), the
@@ -215,13 +207,13 @@ def split_rows(m: Optional[int], k: Optional[int], n: Optional[int], mr: int, ct
     stay in L2 across the row blocks while A, C and the next kernel's weights stream past it.
     So rows when ``REMOTE_BYTE_COST x A >= B``, B takes at most a quarter of L2 (half was too
     much: with 2 MiB of L2 the decoder's 64 x 1024 x 256 went by rows, its 1 MiB of B
-    re-read from L3 by every row block, and the model ran 4% slower at one and two threads
-    than split by columns), and there are row blocks for twice the cores. 64 x 256 x 256:
+    re-read from L3 by every row block, and the model ran 1.5-3.5% slower at one thread than
+    split by columns), and there are row blocks for twice the cores. 64 x 256 x 256:
     rows; 64 x 256 x 1024: columns; 1024 x 1024 x 1024: columns (B is 4 MiB); 1 row:
     columns."""
     if ctx.cores < 2 or not m or not k or not n:
         return False
-    return REMOTE_BYTE_COST * m * k >= k * n and stays_in_l2_across_rows(4 * k * n, ctx) \
+    return REMOTE_BYTE_COST * m * k >= k * n and 4 * k * n <= ctx.machine.l2_bytes // 4 \
         and -(-m // mr) >= 2 * ctx.cores
 
 
