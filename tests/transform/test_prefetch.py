@@ -18,7 +18,7 @@ from kiln.transform.infra import PassContext, Sequential
 from kiln.transform.prefetch import LINE_ELEMENTS
 
 from test_conv_blocked import _compile_and_check, _conv_model
-from transform_helpers import attr, graph_module, kernels, reference, typed
+from transform_helpers import attr, graph_module, kernels, outputs_at_threads, reference, typed
 
 AVX512 = "llvm -mcpu=skylake-avx512"
 
@@ -157,13 +157,8 @@ def test_matmul_prefetching_panels_matches_numpy(m, k, n):
     assert attr(out[name], "kiln.schedule").endswith("prefetch next panel")
     vm = kiln.VirtualMachine(kiln.compile(out, target="llvm"), kiln.cpu())
     x = np.random.default_rng(6).standard_normal((1, m, k)).astype("float32")
-    try:
-        for threads in (1, 2):
-            kiln.set_num_threads(threads)
-            got = vm["main"](kiln.nd.array(x)).numpy()
-            np.testing.assert_allclose(got, reference(mod, [x]), rtol=1e-4, atol=1e-4)
-    finally:
-        kiln.set_num_threads(0)
+    for got in outputs_at_threads(vm, [x]):
+        np.testing.assert_allclose(got, reference(mod, [x]), rtol=1e-4, atol=1e-4)
 
 
 def test_matmul_split_by_rows_does_not_prefetch():
