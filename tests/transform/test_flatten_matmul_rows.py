@@ -1,8 +1,8 @@
 """flatten_matmul_rows: a channels-last pointwise layer (x[1, H, W, C] @ W) runs as one product
 over the H x W rows, its elementwise epilogue and a last-axis layer norm before it on the rows
 too (printed graph); products of many rows each, batched weights and other norms are left as
-they are; the compiled results equal the graph interpreter's (numpy references) at 1 and 2
-threads."""
+they are; a squeeze-and-excitation block's one-pixel 1x1 conv runs as a linear; the compiled
+results equal the graph interpreter's (numpy references) at 1 and 2 threads."""
 from __future__ import annotations
 
 import numpy as np
@@ -90,3 +90,47 @@ def test_the_pipeline_makes_one_kernel_per_product():
 @pytest.mark.parametrize("h,w,c,hidden", [(7, 7, 32, 128), (14, 14, 48, 96), (3, 5, 16, 40)])
 def test_compiled_equals_the_reference(h, w, c, hidden):
     assert_default_pipeline_matches(_block(h, w, c, hidden, seed=h))
+
+
+def _squeeze_excite(c, squeezed, batch=1, seed=1):
+    """A squeeze-and-excitation block: global pool, 1x1 conv c -> squeezed + bias + relu, 1x1
+    conv squeezed -> c + sigmoid, times the input."""
+    rng = np.random.default_rng(seed)
+    w1 = Constant((rng.standard_normal((squeezed, c, 1, 1)) / np.sqrt(c)).astype("float32"))
+    b1 = Constant(rng.standard_normal((1, squeezed, 1, 1)).astype("float32"))
+    w2 = Constant((rng.standard_normal((c, squeezed, 1, 1)) / np.sqrt(squeezed)).astype("float32"))
+
+    def body(emit, x):
+        p = emit("mean", x, axis=(2, 3), keepdims=True)
+        s = emit("relu", emit("add", emit("conv2d", p, w1), b1))
+        return kiln.ops.call("multiply", x, emit("sigmoid", emit("conv2d", s, w2)))
+    return graph_module([typed("x", (batch, c, 7, 7))], body)
+
+
+def test_a_one_pixel_conv_runs_as_a_linear_with_its_epilogue_on_rows():
+    # RegNetY-400MF's squeeze: 440 -> 110 channels (no 8 divides 110); its expand, 110 -> 440,
+    # stays a conv (a channel-blocked one takes it)
+    got = _bindings(flatten_matmul_rows(PassContext())(_squeeze_excite(440, 110)))
+    assert got == [("mean", (1, 440, 1, 1)), ("reshape", (1, 440)), ("linear", (1, 110)),
+                   ("add", (1, 110)), ("relu", (1, 110)), ("reshape", (1, 110, 1, 1)),
+                   ("conv2d", (1, 440, 1, 1)), ("sigmoid", (1, 440, 1, 1)),
+                   ("multiply", (1, 440, 7, 7))]
+    out = kiln.get_pipeline("default")(_squeeze_excite(440, 110))
+    linear = [k for k in kernels(out) if "linear" in k]
+    assert linear == ["fused_linear_add_relu"], kernels(out)
+    assert attr(out[linear[0]], "kiln.schedule").startswith("matmul: tile")
+
+
+@pytest.mark.parametrize("c,squeezed,batch", [(440, 110, 1), (96, 12, 2), (40, 10, 1)])
+def test_one_pixel_convs_equal_the_reference(c, squeezed, batch):
+    assert_default_pipeline_matches(_squeeze_excite(c, squeezed, batch))
+
+
+def test_one_pixel_convs_that_blocks_take_or_with_more_pixels_are_left():
+    # 48 output channels: a channel-blocked conv takes it; a 2 x 2 pool output is no pixel
+    mod = _squeeze_excite(96, 48)
+    assert _bindings(flatten_matmul_rows(PassContext())(mod)) == _bindings(mod)
+    rng = np.random.default_rng(2)
+    w = Constant(rng.standard_normal((10, 16, 1, 1)).astype("float32"))
+    mod = graph_module([typed("x", (1, 16, 2, 2))], lambda emit, x: kiln.ops.call("conv2d", x, w))
+    assert _bindings(flatten_matmul_rows(PassContext())(mod)) == _bindings(mod)

@@ -11,6 +11,12 @@ activation's rows flattened, as one matmul::
     z = R.reshape(z2, shape=(1, 7, 7, 768))
     t = R.permute_dims(z, axes=(0, 3, 1, 2))
 
+A 1x1 ``conv2d`` of a one-pixel image (a squeeze-and-excitation block's layers after its global
+pool, ``x [N, C, 1, 1]``) whose output channels no 8 divides (so that no channel-blocked conv
+takes it) runs as ``linear(reshape(x, (N, C)), W[O, C])`` in the same way, its bias and
+activation on the ``[N, O]`` rows: left a conv, it was vectorized along a width of one pixel
+(RegNetY-400MF's 440 -> 110 squeeze: 52 us a call for 48K multiply-adds).
+
 Unflattened, the matmul schedule takes the leading axes for a batch of products and the
 second-to-last for the rows of each: a channels-last model (ConvNeXt's pointwise layers over
 a 7 x 7 or 14 x 14 map) made 7 products of 7 rows, each streaming the whole weight (9.4 MB)
@@ -70,7 +76,14 @@ def _flatten(b: Binding, em, flat, made, feeds) -> Binding:
     shape = _static(call)
     if shape is None:
         return b
-    if _product(call) or (b.var in feeds and _last_axis_norm(call)):
+    if _pixel_conv(call):
+        x = call.args[0]
+        rows = (shape[0], x.ty.static_shape()[1])
+        x = flat[x][0] if x in flat and flat[x][0].ty.static_shape() == rows \
+            else _reshaped(x, rows, em, made)
+        w = call.args[1]
+        y2 = ops.call("linear", x, Constant(w.data.reshape(w.data.shape[:2])))
+    elif _product(call) or (b.var in feeds and _last_axis_norm(call)):
         x = call.args[0]
         rows = (math.prod(shape[:-1]), x.ty.static_shape()[-1])
         x = flat[x][0] if x in flat and flat[x][0].ty.static_shape() == rows \
@@ -104,6 +117,9 @@ def _operand(e: GraphExpr, shape: Tuple[int, ...], em, flat, made) -> Optional[G
     es = tuple(ty.static_shape())
     if math.prod(es) == 1:
         return e
+    if _pixels(shape):
+        # the rows of a one-pixel conv, [N, O]: a [1, O, 1, 1] bias or an [N, O, 1, 1] value
+        return _reshaped(e, es[:2], em, made) if len(es) == 4 and es[2:] == (1, 1) else None
     if all(d == 1 for d in es[:-1]):
         return e if len(es) == 1 else _reshaped(e, es[-1:], em, made)
     if es == shape:
@@ -120,6 +136,29 @@ def _reshaped(e: GraphExpr, shape: Tuple[int, ...], em, made) -> GraphExpr:
         c = ops.call("reshape", e, shape=shape)
         made[key] = em.emit(Binding(GraphVar(f"{getattr(e, 'name', 'x')}_rows", c.ty), c))
     return made[key]
+
+
+def _pixels(shape: Tuple[int, ...]) -> bool:
+    """An NCHW shape of one pixel, ``[N, C, 1, 1]``."""
+    return len(shape) == 4 and shape[2:] == (1, 1)
+
+
+def _pixel_conv(call: Call) -> bool:
+    """A 1x1 ``conv2d`` (no padding, groups 1) of a one-pixel float32 image by a constant weight,
+    with output channels that no 8 divides (module docstring)."""
+    if call.op != "conv2d" or len(call.args) != 2 or not isinstance(call.args[1], Constant):
+        return False
+    x, w = call.args
+    xs, ws, ys = x.ty.static_shape(), w.ty.static_shape(), _static(call)
+    if xs is None or ws is None or ys is None or not (_pixels(tuple(xs)) and _pixels(ys)):
+        return False
+    attrs = dict(call.attrs)
+    groups = attrs.get("groups", 1)
+    padding = attrs.get("padding", 0)
+    padding = tuple(padding) if isinstance(padding, (list, tuple)) else (padding,)
+    return tuple(ws[2:]) == (1, 1) and (groups[0] if isinstance(groups, (list, tuple))
+                                         else groups) == 1 and not any(padding) \
+        and ws[0] % 8 != 0 and x.ty.dtype == "float32"
 
 
 def _feeding_products(func) -> set:

@@ -22,7 +22,8 @@
     fuse_attention           softmax(q @ kt * scale + mask) @ v -> one attention kernel per
                              block of query rows (PassContext(fuse_attention=False): off)
     flatten_matmul_rows      x[1, 7, 7, K] @ W[K, N] -> one product over 49 rows, its
-                             elementwise epilogue with it (a channels-last model's layers)
+                             elementwise epilogue with it (a channels-last model's layers);
+                             a one-pixel 1x1 conv (squeeze-and-excitation) -> a linear
     convert_layout_nchwc     activations channel-blocked (NCHW[b]c) from conv to conv
                              (docs/layout.md; PassContext(nchwc_layout=False): off)
     fuse_ops                 operator groups -> one tensor program each (weights of
