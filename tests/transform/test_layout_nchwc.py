@@ -11,7 +11,8 @@ from kiln.ir.graph import Constant
 from kiln.transform import PassContext
 from kiln.transform.layout_nchwc import convert_layout_nchwc
 
-from transform_helpers import AVX2, AVX2_CTX, attr, kernels, reference, run_vm, typed
+from transform_helpers import (AVX2, AVX2_CTX, attr, kernels, outputs_at_threads, reference, run_vm,
+                               typed)
 
 HOST = "llvm"
 
@@ -407,3 +408,42 @@ def test_depthwise_threads_split_the_image_by_rows():
     assert par.extent.value == 28 * blocks      # rows x channel blocks
     # the fused index is y * blocks + q: its quotient by the channel blocks is the row
     assert par.loop_var.name.index("y") < par.loop_var.name.index("q"), par.loop_var.name
+
+
+# ---- grouped convs ----------------------------------------------------------------------------
+
+def _grouped_block(mid, group, c=32, size=14):
+    """RegNet's bottleneck: 1x1 conv c -> mid, a 3x3 conv in groups of ``group`` channels,
+    1x1 conv mid -> c, plus the residual."""
+    n = Net((1, c, size, size))
+    y = n.conv(n.x, mid)
+    y = n.conv(y, mid, k=3, groups=mid // group)
+    return n.module(n.op("add", n.conv(y, c, act=None), n.x))
+
+
+@pytest.mark.parametrize("mid,group,target,blocked_input", [
+    (208, 8, "llvm", True),          # blocks of 16 hold two groups: the group's lanes of one
+    (208, 8, AVX2, True),
+    (128, 32, "llvm", True),         # a group is whole blocks
+    (96, 24, "llvm -mcpu=skylake-avx512", False),   # 16-channel blocks and groups of 24 do not nest
+])
+def test_grouped_conv_runs_blocked_between_the_convs(mid, group, target, blocked_input):
+    mod = _grouped_block(mid, group)
+    out = _check(mod, target=target)
+    grouped = [v for v in (b.value for b in convert_layout_nchwc(
+        PassContext(target=target).resolved())(mod)["main"].bindings())
+        if getattr(v, "op", None) == "conv2d_nchwc" and dict(v.attrs).get("groups", 1) != 1]
+    assert len(grouped) == 1
+    assert (len(grouped[0].args[0].ty.static_shape()) == 5) == blocked_input
+    assert dict(grouped[0].attrs)["out_layout"] != "NCHW"      # the next conv reads it blocked
+    sched = [s for s in _schedules(out).values() if "channel blocks outer" in s]
+    assert sched, _schedules(out)
+
+
+def test_grouped_conv_at_two_threads_equals_the_reference():
+    mod = _grouped_block(208, 8)
+    out = kiln.get_pipeline("default", target="llvm")(mod)
+    x = np.random.default_rng(3).standard_normal((1, 32, 14, 14)).astype("float32")
+    vm = kiln.VirtualMachine(kiln.compile(out, target="llvm"), kiln.cpu())
+    for got in outputs_at_threads(vm, [x]):
+        np.testing.assert_allclose(got, reference(mod, [x]), rtol=1e-4, atol=1e-4)

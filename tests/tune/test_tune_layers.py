@@ -146,6 +146,25 @@ def test_a_record_decides_the_conv_block(tmp_path):
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+def test_a_grouped_conv_offers_only_blocks_within_a_group():
+    """A 3x3 conv in 4 groups of 16 channels (AVX-512: blocks of 16 or 8 fit a group; 32
+    would not, though it divides the 64 output channels); in groups of 8 only 8 does, so there
+    is nothing to choose."""
+    rng = np.random.default_rng(4)
+
+    def grouped(group):
+        w = Constant((rng.standard_normal((64, group, 3, 3)) * 0.1).astype("float32"))
+        x = GraphVar("x", TensorType((1, 64, 14, 14), "float32"))
+        fb = FunctionBuilder([x])
+        with fb.dataflow():
+            out = fb.emit_output(ops.call("conv2d", x, w, padding=(1, 1), groups=64 // group))
+        return IRModule({"main": fb.finish(out)})
+    ctx = PassContext(target="llvm -mcpu=skylake-avx512", cores=1)
+    (task,) = block_layers(grouped(16), ctx)
+    assert task.decision == BLOCK and set(task.options) == {16, 8}
+    assert block_layers(grouped(8), ctx) == []
+
+
 def test_a_record_decides_a_matvec_panel(tmp_path):
     """A one-row linear may pack its weight in panels 2 or 4 times the tile's vector width (one
     stream per tile); a record picks one, the kernel tiles by it and computes the same."""

@@ -66,10 +66,10 @@ def conv2d_nchwc(x: te.Tensor, wp: te.Tensor, w_shape, attrs: dict, bn: int,
                  out_blocked: bool = False) -> te.Tensor:
     """``conv2d(x, W)`` from the packed weight ``wp`` (``[O/bn, KH, KW, I, bn]`` of the
     weight of shape ``w_shape``), computed in blocks of ``bn`` output channels; a grouped conv's
-    blocks each lie in one group (``bn`` divides its output channels) and read an NCHW input.
+    blocks each lie in one group (``bn`` divides its output channels).
     ``x`` is NCHW, or channel-blocked ``[N, I/bi, H, W, bi]`` (then the reduction runs over
     ``(ry, rx, rco, rci)``, input channel ``rco * bi + rci``, so each step reads a pixel's
-    ``bi`` channels contiguously). ``flat``: the blocked result over flat pixels
+    ``bi`` channels contiguously; grouped, over the group's blocks, or its lanes of one block). ``flat``: the blocked result over flat pixels
     ``[N, O/bn, H*W, bn]`` (else ``[N, O/bn, H, W, bn]``, for tiles along rows);
     ``pixel_major``: read an NCHW input through an NHWC copy (module docstring);
     ``out_blocked``: the result is ``[N, O/bn, OH, OW, bn]`` (NCHW[bn]c) instead of NCHW."""
@@ -90,8 +90,9 @@ def conv2d_nchwc(x: te.Tensor, wp: te.Tensor, w_shape, attrs: dict, bn: int,
         raise ValueError(f"conv2d_nchwc: groups={groups} with weight {tuple(w_shape)}: a block of "
                          f"{bn} output channels must lie in one group of {group_out}")
     in_block = const_dim(x.shape[4]) if len(x.shape) == 5 else None
-    if groups != 1 and in_block is not None:
-        raise ValueError("conv2d_nchwc: a grouped conv reads an NCHW input, not a blocked one")
+    if groups != 1 and in_block is not None and cg % in_block and in_block % cg:
+        raise ValueError(f"conv2d_nchwc: a grouped conv's {cg} input channels a group and the "
+                         f"input's blocks of {in_block} do not nest")
     if in_block is not None and pixel_major:
         raise ValueError("conv2d_nchwc: a channel-blocked input is read as it is (no NHWC copy)")
     pad = x
@@ -104,20 +105,36 @@ def conv2d_nchwc(x: te.Tensor, wp: te.Tensor, w_shape, attrs: dict, bn: int,
         # The padding (inlined into it) and the transpose in one pass over the input.
         pad = te.compute((n_, h_, w_, c_), lambda n, yy, xq, c: src[n, c, yy, xq],
                          name="conv2d_pad_nhwc")
-    if in_block is not None:
+    def group_base(ob):
+        """The first input channel of the group that output block ``ob`` lies in."""
+        return ob // (group_out // bn) * cg
+
+    if in_block is not None and groups != 1 and in_block % cg == 0:
+        # A group's channels are part of one input block: (ry, rx, one block, cg lanes).
+        rco = te.reduce_axis((0, 1), name="rco")
+        rci = te.reduce_axis((0, cg), name="rci")
+        axes = [ry, rx, rco, rci]
+
+        def term(n, yy, xq, ob, oi):
+            base = group_base(ob)
+            return pad[n, base // in_block + rco, yy, xq, base % in_block + rci] * \
+                wp[ob, ry, rx, rco * cg + rci, oi]
+    elif in_block is not None:
+        # Whole input blocks: all of them (groups = 1), or the group's cg / in_block.
         rco = te.reduce_axis((0, cg // in_block), name="rco")
         rci = te.reduce_axis((0, in_block), name="rci")
         axes = [ry, rx, rco, rci]
 
         def term(n, yy, xq, ob, oi):
-            return pad[n, rco, yy, xq, rci] * wp[ob, ry, rx, rco * in_block + rci, oi]
+            first = 0 if groups == 1 else group_base(ob) // in_block
+            return pad[n, first + rco, yy, xq, rci] * wp[ob, ry, rx, rco * in_block + rci, oi]
     else:
         rc = te.reduce_axis((0, cg), name="rc")
         axes = [ry, rx, rc]
 
         def term(n, yy, xq, ob, oi):
             # Grouped: block ob lies in group ob * bn // group_out and reads its cg channels.
-            c = rc if groups == 1 else ob // (group_out // bn) * cg + rc
+            c = rc if groups == 1 else group_base(ob) + rc
             value = pad[n, yy, xq, c] if pixel_major else pad[n, c, yy, xq]
             return value * wp[ob, ry, rx, rc, oi]
 

@@ -10,7 +10,7 @@ rewrites regions of a graph into these operators; elementwise operators, residua
 are, a per-channel constant re-laid out as ``[1, C/b, 1, 1, b]``).
 
 - ``layout_transform(x, src, dst)``: NCHW <-> NCHW[b]c, or from one block to another;
-- ``conv2d_nchwc(x, w, strides, padding, dilation, out_layout)``: a regular convolution
+- ``conv2d_nchwc(x, w, strides, padding, dilation, out_layout, groups)``: a regular or grouped convolution
   (groups = 1) of an NCHW or blocked input with the weight pre-packed as
   ``w[O/bo, KH, KW, I, bo]`` (``w[o // bo, ky, kx, i, o % bo] = W[o, i, ky, kx]``), writing
   NCHW[bo]c (``out_layout="NCHW{bo}c"``) or NCHW (``out_layout="NCHW"``); its tensor program is
@@ -134,7 +134,7 @@ register("layout_transform", infer=_infer_transform, compute=_compute_transform,
 def _conv_args(op, types, attrs):
     x, w = tensor_args(op, types, names=("data", "weight"), count=2)
     a = get_attrs(op, attrs, strides=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1),
-                  out_layout="NCHW")
+                  out_layout="NCHW", groups=1)
     ws = w.static_shape()
     if ws is None or len(ws) != 5:
         raise error(op, f"expects a packed weight [O/b, KH, KW, I, b], got {shape_str(w.shape)}")
@@ -148,7 +148,7 @@ def _conv_args(op, types, attrs):
     if out_block is not None and out_block != bo:
         raise error(op, f"out_layout {a['out_layout']} does not match the weight's block of {bo}")
     w_shape = (ws[0] * bo, ws[3], ws[1], ws[2])          # OIHW
-    conv = {k: a[k] for k in ("strides", "padding", "dilation")}
+    conv = {k: a[k] for k in ("strides", "padding", "dilation", "groups")}
     return x, w_shape, bo, out_block, conv
 
 
@@ -184,10 +184,10 @@ def pack_conv_weight(w: np.ndarray, block: int) -> np.ndarray:
 
 
 def _ref_conv_nchwc(x, w, strides=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1),
-                    out_layout="NCHW"):
+                    out_layout="NCHW", groups=1):
     xn = from_blocked(x) if x.ndim == 5 else x
     y = _ref_conv(2)(xn, unpack_conv_weight(w), strides=strides, padding=padding,
-                     dilation=dilation)
+                     dilation=dilation, groups=groups)
     block = parse_layout("conv2d_nchwc", out_layout)
     return to_blocked(y, block) if block else y
 
@@ -196,9 +196,11 @@ register("conv2d_nchwc", infer=_infer_conv_nchwc,
          compute=lambda args, attrs: conv2d_nchwc_compute(args, attrs),
          reference=_ref_conv_nchwc, pattern="out_fusable", num_args=2,
          doc="conv2d_nchwc(x, w, strides=(1, 1), padding=(0, 0, 0, 0), dilation=(1, 1), "
-             "out_layout='NCHW'): conv2d (groups = 1) of an NCHW or NCHW[bi]c input x with the "
-             "weight packed as [O/bo, KH, KW, I, bo] (w[o // bo, ky, kx, i, o % bo] = "
-             "W[o, i, ky, kx]); the output is NCHW, or NCHW[bo]c with out_layout='NCHW<bo>c'.")
+             "out_layout='NCHW', groups=1): conv2d of an NCHW or NCHW[bi]c input x with the "
+             "weight packed as [O/bo, KH, KW, I/groups, bo] (w[o // bo, ky, kx, i, o % bo] = "
+             "W[o, i, ky, kx]); the output is NCHW, or NCHW[bo]c with out_layout='NCHW<bo>c'. "
+             "Grouped: bo divides each group's output channels, and a blocked input's block "
+             "divides each group's input channels or is a multiple of them.")
 
 
 # ---- depthwise_conv2d_nchwc ---------------------------------------------------------------------

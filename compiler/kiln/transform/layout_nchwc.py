@@ -6,7 +6,9 @@ along the width, needs shuffles at stride 2. This pass keeps the activations bet
 blocked, ``[N, C/b, H, W, b]`` (``ops/nchwc.py``), so that every conv's write-back stores whole
 vectors and every depthwise tap is one contiguous vector load:
 
-- a ``conv2d`` with a constant weight, groups = 1 and a multiple of 8 output channels becomes
+- a ``conv2d`` with a constant weight, groups = 1 (or groups of a multiple of 8 channels,
+  ``conv_blocked.group_width``; its input read blocked when a group's channels and the input's
+  blocks nest) and a multiple of 8 output channels becomes
   ``conv2d_nchwc``, its weight packed here (``[O/b, KH, KW, I, b]``, the block ``b`` of its
   output from the target: ``conv_blocked.conv_tile``); it reads its input blocked when the
   producer is, else NCHW (so the first conv of a region absorbs the layout change: no
@@ -24,7 +26,7 @@ vectors and every depthwise tap is one contiguous vector load:
   / broadcast operators (bias, batch-norm scale and shift, relu, clip, residual add) with a
   blocked operand run on the 5-D tensors as they are, their constant operands (a bias
   ``[1, C, 1, 1]``) re-laid out here as ``[1, C/b, 1, 1, b]``;
-- everything else (flatten, reshape, linear, Winograd transforms, grouped convs, channel
+- everything else (flatten, reshape, linear, Winograd transforms, narrow grouped convs, channel
   counts not a multiple of 8, other concats) reads NCHW: a ``layout_transform`` back to NCHW
   is bound to the original variable right after the blocked value, once, for all of them.
 
@@ -136,12 +138,13 @@ def conv_kind(call: Call, ctx: PassContext) -> Optional[str]:
         return None
     groups = _pair(dict(call.attrs).get("groups", 1), (1,))[0]
     o, cg = w.ty.static_shape()[:2]
-    if groups == 1:
-        out = call.ty.static_shape()
-        return "conv" if conv_blocked.conv_tile(o, out[2], out[3], ctx) is not None else None
     if cg == 1 and groups == o == x.ty.static_shape()[1]:
         return "depthwise"
-    return None
+    width = conv_blocked.group_width(call)     # a regular conv, or groups of 8+ channels
+    if width is None:
+        return None
+    out = call.ty.static_shape()
+    return "conv" if conv_blocked.conv_tile(width, out[2], out[3], ctx) is not None else None
 
 
 def _channel_axis_size(shape, channels: int) -> Optional[int]:
@@ -222,7 +225,11 @@ def _candidate(var: GraphVar, call: Call, nodes, ctx: PassContext) -> Optional[_
     kind = conv_kind(call, ctx)
     if kind == "conv":
         block = conv_blocked.conv_block(call, ctx)
-        return _Node(var, call, "conv", block, [arg0] if src is not None else [])
+        # A grouped conv reads its input blocked when a group's channels and the blocks nest.
+        cg = call.args[1].ty.static_shape()[1]
+        nests = _pair(dict(call.attrs).get("groups", 1), (1,))[0] == 1 or \
+            (src is not None and (cg % src.block == 0 or src.block % cg == 0))
+        return _Node(var, call, "conv", block, [arg0] if src is not None and nests else [])
     if call.op == "winograd_output" and _static_f32(call.ty) and \
             "layout" not in dict(call.attrs):
         o = call.ty.static_shape()[1]
@@ -433,7 +440,9 @@ class _Rewriter:
             src = self.blocked_of[x][0] if node.inputs else x
             out_layout = layout_name(node.block) if node.demanded else "NCHW"
             weight = pack_conv_weight(call.args[1].data, node.block)
-            return ops.call("conv2d_nchwc", src, Constant(weight), out_layout=out_layout, **conv)
+            groups = _pair(attrs.get("groups", 1), (1,))[0]
+            return ops.call("conv2d_nchwc", src, Constant(weight), out_layout=out_layout,
+                            **conv, **({"groups": groups} if groups != 1 else {}))
         if node.kind == "winograd_output":
             return ops.call(call.op, x, layout=layout_name(node.block), **attrs)
         if node.kind == "elementwise":

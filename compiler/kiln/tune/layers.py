@@ -188,7 +188,7 @@ def block_layers(mod: IRModule, ctx: PassContext) -> List[LayerTask]:
     def options_of(call: Call):
         if conv_kind(call, rctx) != "conv":
             return None
-        o = call.args[1].ty.static_shape()[0]
+        o = conv_blocked.group_width(call)      # blocks lie in one group of a grouped conv
         _, _, h, w = call.ty.static_shape()
         blocks = list(conv_blocked.channel_blocks(o, rctx))
         if len(blocks) < 2:
