@@ -199,3 +199,67 @@ def test_flat_conv_prefetching_matches_numpy():
                                    (1, 64, 7, 7), target="llvm -mcpu=haswell")
     desc = attr(out[name], "kiln.schedule")
     assert "flat" in desc and desc.endswith("prefetch next block")
+
+
+def _conv_then_pointwise(target, size=28):
+    """A 3x3 conv 64 -> 64 at ``size`` x ``size``, relu, then a 1x1 conv 64 -> 32 that reads
+    its input channel-blocked, rows outer; the 1x1 conv's kernel, scheduled for two cores."""
+    rng = np.random.default_rng(8)
+    w1 = Constant((rng.standard_normal((64, 64, 3, 3)) / 24).astype("float32"))
+    w2 = Constant((rng.standard_normal((32, 64, 1, 1)) / 8).astype("float32"))
+    mod = graph_module([typed("x", (1, 64, size, size))], lambda emit, x: ops.call(
+        "conv2d", emit("relu", emit("conv2d", x, w1, padding=(1, 1))), w2))
+    ctx = PassContext(target=target, cores=2, winograd=False)
+    pipe = kiln.get_pipeline("default", ctx)
+    pre = Sequential([p for p in pipe if p.name != "default_schedule"], ctx=pipe.ctx)(mod)
+    (name,) = [k for k in kernels(pre) if any(
+        len(p.shape) == 5 and int(p.shape[1].value) == int(p.shape[2].value) == 1
+        for p in pre[k].params)]
+    return mod, schedule_kernel(pre[name], pipe.ctx)
+
+
+@pytest.mark.parametrize("target,size", [("llvm -mcpu=haswell", 28), (AVX512, 56)])
+def test_rows_outer_pointwise_conv_fetches_the_next_input_row(target, size):
+    # (AVX-512 tiles a 28-wide image flat: its tiles cross rows, and fetch nothing)
+    mod, sched = _conv_then_pointwise(target, size)
+    assert "rows outer" in attr(sched, "kiln.schedule")
+    assert attr(sched, "kiln.schedule").endswith("prefetch next row")
+    (call, loops), = _fetches(sched)
+    load = call.args[0]
+    shape = [int(d.value) for d in load.buffer.shape]        # [1, C/b, 28, 28, b]
+    assert len(shape) == 5 and shape[2] == size
+    strides = [int(np.prod(shape[a + 1:])) for a in range(5)]
+    par = loops[0]
+    per_row = par.extent.value // shape[2]                    # channel blocks of the output
+    fetched = {}
+    for values in itertools.product(*(range(int(lp.extent.value)) for lp in loops)):
+        env = dict(zip((lp.loop_var for lp in loops), values))
+        flat = sum(_value(i, env) * st for i, st in zip(load.indices, strides))
+        fetched.setdefault(env[par.loop_var] // per_row, set()).add(flat // LINE_ELEMENTS)
+    row = shape[3] * shape[4]
+    for y in range(shape[2] - 1):
+        # output row y fetches every line of input row y + 1, in every channel block
+        want = {(cb * strides[1] + (y + 1) * strides[2] + e) // LINE_ELEMENTS
+                for cb in range(shape[1]) for e in range(0, row, LINE_ELEMENTS)}
+        assert fetched[y] == want
+
+
+@pytest.mark.parametrize("x_shape,w_shape,attrs", [
+    ((1, 64, 28, 28), (32, 64, 1, 1), {}),                        # NCHW input: a run per channel
+    ((2, 64, 20, 20), (48, 64, 1, 1), {}),                        # batch 2
+    ((1, 64, 29, 29), (32, 64, 1, 1), {"strides": (2, 2)}),       # the next row is 2 rows on
+])
+def test_rows_outer_prefetching_matches_numpy(x_shape, w_shape, attrs):
+    out, name = _compile_and_check(_conv_model(x_shape, w_shape, **attrs), x_shape,
+                                   PassContext(winograd=False), target="llvm -mcpu=haswell")
+    desc = attr(out[name], "kiln.schedule")
+    assert "rows outer" in desc and desc.endswith("prefetch next row"), desc
+
+
+def test_rows_outer_two_conv_chain_matches_the_reference():
+    mod, _ = _conv_then_pointwise("llvm")
+    out = kiln.get_pipeline("default", target="llvm")(mod)
+    x = np.random.default_rng(9).standard_normal((1, 64, 28, 28)).astype("float32")
+    vm = kiln.VirtualMachine(kiln.compile(out, target="llvm"), kiln.cpu())
+    for got in outputs_at_threads(vm, [x]):
+        np.testing.assert_allclose(got, reference(mod, [x]), rtol=1e-4, atol=1e-4)

@@ -1,5 +1,6 @@
 """Software prefetch of the next weight block, for kernels whose outer loop walks weight blocks:
-channel-blocked convs (``schedule_conv``) and matmuls over packed panels (``schedule_tile``).
+channel-blocked convs (``schedule_conv``) and matmuls over packed panels (``schedule_tile``);
+and of the next input row, for 1x1 convs whose outer loop walks output rows.
 
 A channel-blocked conv (``schedule_conv``) runs ``for (n, ob, y) in parallel``: per block of
 output channels ``ob``, its ``rows`` output rows, each a register tile that reads the block's
@@ -24,6 +25,14 @@ the reduction), as a flat conv's pixel tiles do under its channel block. The GPT
 projections with their weight in memory: 10-17% faster each at one thread, the model 4-5% at
 one and two threads; ResNet-18 for AVX2 (flat tiles at 7x7) 4-8% (bench/RESULTS.md,
 "Session 19").
+
+A 1x1 conv with its rows outer (``for (n, y, ob) in parallel``) reads a row of its input per
+output row, and a large input (ResNet-50's 56 x 56 x 256, 3.2 MB) arrives from memory: each
+channel block of a row fetches part of the next input row, in every input channel block. That
+"block" is not one contiguous run: the input channel blocks are axes the iteration walks whole
+between the fixed batch and row (``_next_block``'s gaps), so it is one run of ``W x b`` per
+channel block. ResNet-50's 256 -> 64 conv at 56 x 56: 840 -> 739 us cold; the model 4-6%
+faster at one thread.
 """
 from __future__ import annotations
 
@@ -77,8 +86,10 @@ def prefetch_next_block(func: PrimFunc, block: str, weight: Optional[Buffer],
     # column panel, a flat conv's pixel tiles under a channel block) splits each part again.
     inner = int(part.extent.value) if part is not None else 1
     inner_index = part.loop_var if part is not None else IntImm(0, "int32")
+    prefix, gaps = prefix
     shape = [int(d.value) for d in weight.shape]
-    size = math.prod(shape[len(prefix):])             # elements of one block
+    run = math.prod(shape[len(prefix):])              # contiguous elements of a run
+    size = run * math.prod(shape[a] for a in gaps)    # elements of one block
     lines = -(-size // LINE_ELEMENTS)
     # The deepest loop of the nest that still fetches MIN_LINES_PER_STEP a step (the outermost
     # one at least), and the flat index of its step within one row.
@@ -93,21 +104,31 @@ def prefetch_next_block(func: PrimFunc, block: str, weight: Optional[Buffer],
     j = Var("pf", "int32")
     slot = ((f % rows) * inner + inner_index) * at_count + at_step
     first = (slot * per + j) * LINE_ELEMENTS
-    # The block is contiguous: its element e is index (prefix..., 0, ..., 0, e).
+    # Element e of the block: run e // run (the gap axes, last fastest), at e % run of it,
+    # index (prefix with the gaps filled in..., 0, ..., 0, e % run).
     offset = Min(first, IntImm(size - 1, "int32"))
+    index = list(prefix)
+    rest = offset // run if gaps else None
+    for a in reversed(gaps):
+        index[a] = rest % shape[a]
+        rest = rest // shape[a]
     zeros = [IntImm(0, "int32")] * (len(shape) - len(prefix) - 1)
+    tail = offset % run if gaps else offset
     fetch = For(j, 0, per, "serial",
-                Evaluate(Call("prefetch", (weight[(*prefix, *zeros, offset)],), "int32")))
+                Evaluate(Call("prefetch", (weight[(*index, *zeros, tail)],), "int32")))
     new = For(at.loop_var, at.min, at.extent, at.kind, seq(fetch, at.body),
               at.thread_binding, at.annotations)
     return PrimFunc(func.params, replace_stmts(func.body, {id(at): new}), func.attrs)
 
 
-def _next_block(par: For, block: str, weight: Buffer, nxt) -> Optional[List]:
-    """The leading indices of ``weight`` that iteration ``nxt`` of ``par`` reads in block
-    ``block``: the indices of its load (in loop variables), every loop but ``par``'s at 0, cut
-    after the last axis that depends on ``par``'s variable, then ``nxt`` put in for it. None
-    when the load is not found, no axis depends on it, or all do (no block to fetch)."""
+def _next_block(par: For, block: str, weight: Buffer, nxt) -> Optional[Tuple[List, List[int]]]:
+    """(prefix, gaps): the leading indices of ``weight`` that iteration ``nxt`` of ``par`` reads
+    in block ``block``: the indices of its load (in loop variables), every loop but ``par``'s
+    at 0, cut after the last axis that depends on ``par``'s variable, then ``nxt`` put in for
+    it; and the axes of the prefix that do not depend on it and start at 0 there, which the
+    iteration walks whole (a rows-outer conv's input ``[N, C/b, H, W, b]``: the channel blocks
+    of the next row, each a run of ``W x b``). None when the load is not found, no axis
+    depends on it, or all do (no block to fetch)."""
     realizes = []
     pre_order_visit(par, lambda n: realizes.append(n) if isinstance(n, BlockRealize)
                     and n.block.name_hint == block else None)
@@ -128,7 +149,10 @@ def _next_block(par: For, block: str, weight: Buffer, nxt) -> Optional[List]:
     dependent = [a for a, index in enumerate(indices) if uses_var(index, f)]
     if not dependent or dependent[-1] == len(indices) - 1:
         return None
-    return [substitute(index, {f: nxt}) for index in indices[:dependent[-1] + 1]]
+    prefix = indices[:dependent[-1] + 1]
+    gaps = [a for a, index in enumerate(prefix) if a not in dependent
+            and isinstance(index, IntImm) and index.value == 0 and int(weight.shape[a].value) > 1]
+    return [substitute(index, {f: nxt}) for index in prefix], gaps
 
 
 def _loops(node, keep) -> List[For]:

@@ -27,7 +27,8 @@ output pixels ``p = y * W + x`` of an image (``oi`` the ``bn`` output channels o
   ``(n, ob)`` fused and parallel, or the tile loop when there are few channel blocks or it goes
   outermost (it stays a loop of its own, see below);
 - with channel blocks outer, each output row (flat: each pixel tile) also fetches a part of
-  the next channel block's weight into L2 (``prefetch.prefetch_next_block``; the decision
+  the next channel block's weight into L2; a 1x1 conv with rows outer (not flat) fetches the
+  next input row instead (``prefetch.prefetch_next_block``; the decision
   ``prefetch``): inside a model that weight is in memory, and without it the block's first
   row waits on it (ResNet-18: 11% faster at one thread).
 
@@ -177,15 +178,23 @@ def schedule_blocked_conv(func: PrimFunc, ctx: PassContext,
             sch.parallel(po)
             blocks_parallel = False
         parts.append("parallel")
+        fetched = None
         if blocks_parallel and not rows_outer \
                 and decide.choose("prefetch", [False, True], default=True):
             # Each row (flat: each pixel tile) fetches part of the next channel block's weight
             # (``prefetch.py``).
             fetched = prefetch_next_block(sch.func, conv, _operands(info)[1],
                                           1 if flat else extents[2])
-            if fetched is not None:
-                sch = Schedule(IRModule({"main": fetched}), "main")
-                parts.append("prefetch next block")
+            what = "prefetch next block"
+        elif rows_outer and not flat and _operand_bytes(info)[2] \
+                and decide.choose("prefetch", [False, True], default=True):
+            # A 1 x 1 conv with rows outer: each channel block of a row fetches part of the
+            # input row after it, every input channel block's run of it.
+            fetched = prefetch_next_block(sch.func, conv, _operands(info)[0], extents[1])
+            what = "prefetch next row"
+        if fetched is not None:
+            sch = Schedule(IRModule({"main": fetched}), "main")
+            parts.append(what)
     # Blocks left at the root: padding / packing, an epilogue that could not be folded.
     for b in block_infos(sch.func):
         if not b.is_reduction and b.loops and all(f.kind == "serial" for f in b.loops) \
