@@ -58,6 +58,11 @@ CONVS = [
     ((1, 3, 9, 9), (8, 3, 3, 3), {"padding": (1, 1), "strides": (2, 2)}, None, 8),
     ((1, 16, 5, 5), (16, 16, 3, 3), {"padding": (0, 1, 2, 1), "dilation": (2, 1)}, 16, None),
     ((1, 8, 1, 1), (16, 8, 1, 1), {}, 8, 16),                           # 1 x 1 spatial
+    # grouped: 4 groups of 8, a group's lanes of one 16-channel input block
+    ((1, 32, 6, 6), (32, 8, 3, 3), {"padding": (1, 1), "groups": 4}, 16, 8),
+    # 2 groups of 16: a group's two 8-channel input blocks; output blocks of 8 within a group
+    ((2, 32, 5, 5), (32, 16, 3, 3), {"padding": (1, 1), "strides": (2, 2), "groups": 2}, 8, 8),
+    ((1, 32, 5, 5), (16, 16, 1, 1), {"groups": 2}, None, 8),            # an NCHW input
 ]
 
 
@@ -78,6 +83,17 @@ def test_conv2d_nchwc_checks_the_weight_block():
     w = GraphVar("w", TensorType((1, 3, 3, 8, 16), "float32"))
     with pytest.raises(OpError, match="does not match the weight's block of 16"):
         ops.call("conv2d_nchwc", x, w, out_layout="NCHW8c")
+
+
+def test_conv2d_nchwc_checks_the_groups_against_the_blocks():
+    x = GraphVar("x", TensorType((1, 64, 4, 4), "float32"))
+    w = GraphVar("w", TensorType((4, 3, 3, 8, 16), "float32"))      # 64 outputs in blocks of 16
+    with pytest.raises(OpError, match="a block of 16 output channels must lie in one group of 8"):
+        ops.call("conv2d_nchwc", x, w, groups=8)
+    xb = GraphVar("x", TensorType((1, 12, 4, 4, 16), "float32"))    # 192 channels, blocks of 16
+    w = GraphVar("w", TensorType((8, 3, 3, 24, 8), "float32"))      # groups of 24 inputs
+    with pytest.raises(OpError, match="24 input channels and the input's blocks of 16 do not nest"):
+        ops.call("conv2d_nchwc", xb, w, groups=8)
 
 
 @pytest.mark.parametrize("x_shape,attrs,b", [

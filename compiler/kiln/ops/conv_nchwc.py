@@ -32,6 +32,8 @@ activations they are ``depthwise_conv2d_nchwc``.
 """
 from __future__ import annotations
 
+from typing import Optional
+
 from .. import te
 from ..ir.graph import TensorType
 from .common import const_dim
@@ -57,6 +59,22 @@ def nchw_shape(shape) -> tuple:
     return tuple(shape)
 
 
+def group_blocks_error(n_out: int, cg: int, groups: int, bn: int,
+                       in_block: Optional[int]) -> Optional[str]:
+    """Why a grouped conv cannot be computed in blocks of ``bn`` output channels from an input
+    in blocks of ``in_block`` (None: NCHW), or None when it can: each output block must lie in
+    one group, and a group's ``cg`` input channels and the input's blocks must nest."""
+    if groups == 1:
+        return None
+    if (n_out // groups) % bn:
+        return (f"groups={groups}: a block of {bn} output channels must lie in one group of "
+                f"{n_out // groups}")
+    if in_block is not None and cg % in_block and in_block % cg:
+        return (f"groups={groups}: a group's {cg} input channels and the input's blocks of "
+                f"{in_block} do not nest")
+    return None
+
+
 def _tap(o, r, stride, dilation):
     return (o * stride if stride != 1 else o) + (r * dilation if dilation != 1 else r)
 
@@ -69,8 +87,8 @@ def conv2d_nchwc(x: te.Tensor, wp: te.Tensor, w_shape, attrs: dict, bn: int,
     blocks each lie in one group (``bn`` divides its output channels).
     ``x`` is NCHW, or channel-blocked ``[N, I/bi, H, W, bi]`` (then the reduction runs over
     ``(ry, rx, rco, rci)``, input channel ``rco * bi + rci``, so each step reads a pixel's
-    ``bi`` channels contiguously; grouped, over the group's blocks, or its lanes of one block). ``flat``: the blocked result over flat pixels
-    ``[N, O/bn, H*W, bn]`` (else ``[N, O/bn, H, W, bn]``, for tiles along rows);
+    ``bi`` channels contiguously; grouped, over the group's blocks, or its lanes of one
+    block). ``flat``: the blocked result over flat pixels ``[N, O/bn, H*W, bn]`` (else ``[N, O/bn, H, W, bn]``, for tiles along rows);
     ``pixel_major``: read an NCHW input through an NHWC copy (module docstring);
     ``out_blocked``: the result is ``[N, O/bn, OH, OW, bn]`` (NCHW[bn]c) instead of NCHW."""
     shape, strides, before, after, dilation, groups, kernel = _geometry(x, w_shape, attrs)
@@ -86,13 +104,10 @@ def conv2d_nchwc(x: te.Tensor, wp: te.Tensor, w_shape, attrs: dict, bn: int,
     sy, sx = strides
     dy, dx = dilation
     group_out = n_out // groups
-    if group_out % bn:
-        raise ValueError(f"conv2d_nchwc: groups={groups} with weight {tuple(w_shape)}: a block of "
-                         f"{bn} output channels must lie in one group of {group_out}")
     in_block = const_dim(x.shape[4]) if len(x.shape) == 5 else None
-    if groups != 1 and in_block is not None and cg % in_block and in_block % cg:
-        raise ValueError(f"conv2d_nchwc: a grouped conv's {cg} input channels a group and the "
-                         f"input's blocks of {in_block} do not nest")
+    problem = group_blocks_error(n_out, cg, groups, bn, in_block)
+    if problem:
+        raise ValueError(f"conv2d_nchwc: {problem}")
     if in_block is not None and pixel_major:
         raise ValueError("conv2d_nchwc: a channel-blocked input is read as it is (no NHWC copy)")
     pad = x

@@ -10,9 +10,9 @@ rewrites regions of a graph into these operators; elementwise operators, residua
 are, a per-channel constant re-laid out as ``[1, C/b, 1, 1, b]``).
 
 - ``layout_transform(x, src, dst)``: NCHW <-> NCHW[b]c, or from one block to another;
-- ``conv2d_nchwc(x, w, strides, padding, dilation, out_layout, groups)``: a regular or grouped convolution
-  (groups = 1) of an NCHW or blocked input with the weight pre-packed as
-  ``w[O/bo, KH, KW, I, bo]`` (``w[o // bo, ky, kx, i, o % bo] = W[o, i, ky, kx]``), writing
+- ``conv2d_nchwc(x, w, strides, padding, dilation, out_layout, groups)``: a regular or grouped
+  convolution of an NCHW or blocked input with the weight pre-packed as
+  ``w[O/bo, KH, KW, I/groups, bo]`` (``w[o // bo, ky, kx, i, o % bo] = W[o, i, ky, kx]``), writing
   NCHW[bo]c (``out_layout="NCHW{bo}c"``) or NCHW (``out_layout="NCHW"``); its tensor program is
   ``conv_nchwc.conv2d_nchwc``, scheduled by ``transform/schedule_conv.py``;
 - ``depthwise_conv2d_nchwc(x, w, strides, padding, dilation)``: a depthwise convolution
@@ -33,7 +33,7 @@ from .. import te
 from ..ir.expr import Cast
 from ..ir.graph import TensorType
 from .common import (FLOAT_DTYPES, check_dtype, const_dim, error, get_attrs, literal, out_type, shape_str, tensor_args)
-from .conv_nchwc import conv2d_nchwc as _conv_te, nchw_shape
+from .conv_nchwc import conv2d_nchwc as _conv_te, group_blocks_error, nchw_shape
 from .nn import (_conv_attrs, _out_dim, _pool_attrs, _ref_avg_pool, _ref_conv, _ref_max_pool,
                  _window, _window_count)
 from .registry import register
@@ -148,6 +148,10 @@ def _conv_args(op, types, attrs):
     if out_block is not None and out_block != bo:
         raise error(op, f"out_layout {a['out_layout']} does not match the weight's block of {bo}")
     w_shape = (ws[0] * bo, ws[3], ws[1], ws[2])          # OIHW
+    problem = group_blocks_error(w_shape[0], w_shape[1], a["groups"], bo,
+                                 xs[4] if len(xs) == 5 else None)
+    if problem:
+        raise error(op, problem)
     conv = {k: a[k] for k in ("strides", "padding", "dilation", "groups")}
     return x, w_shape, bo, out_block, conv
 

@@ -83,26 +83,29 @@ def blocked_plan(call: Call, ctx: PassContext) -> Optional[layout.PackPlan]:
     return layout.PackPlan(CONV_BLOCKED, shape, conv_block(call, ctx), None)
 
 
-# The narrowest groups of output channels a grouped conv is computed channel-blocked for: a
-# block of output channels must lie in one group (it then reads that group's input channels).
-MIN_GROUP_WIDTH = 8
+# A grouped conv is computed channel-blocked when its groups are a multiple of this many
+# output channels wide: a block of output channels (8 at the least) must lie in one group,
+# whose input channels it then reads.
+GROUP_MULTIPLE = 8
+
+
+def conv_groups(call: Call) -> int:
+    """The ``groups`` attribute of a conv call (1 when absent; a 1-tuple taken as its value)."""
+    groups = dict(call.attrs).get("groups", 1)
+    return groups[0] if isinstance(groups, (list, tuple)) else groups
 
 
 def group_width(call: Call) -> Optional[int]:
     """The output channels per group of the conv2d ``call`` (all of them when groups = 1), or
-    None for a grouped conv whose groups are narrower than ``MIN_GROUP_WIDTH`` or not a
-    multiple of 8 (depthwise convs among them).
+    None for a grouped conv whose groups are not a multiple of ``GROUP_MULTIPLE`` channels
+    wide (depthwise convs among them).
 
     RegNet's 3x3 convs in groups of 8 channels (``[208, 8, 3, 3]``, groups 26) are blocked in
     8-channel blocks, one group each, vectorized over its output channels; in NCHW they were
     vectorized along rows of 7 or 14 pixels (RegNetY-400MF: 16-29 GFLOP/s there)."""
-    groups = dict(call.attrs).get("groups", 1)
-    groups = groups[0] if isinstance(groups, (list, tuple)) else groups
-    o = call.args[1].ty.static_shape()[0]
-    width = o // groups
-    if groups != 1 and (width < MIN_GROUP_WIDTH or width % 8):
-        return None
-    return width
+    groups = conv_groups(call)
+    width = call.args[1].ty.static_shape()[0] // groups
+    return None if groups != 1 and width % GROUP_MULTIPLE else width
 
 
 # A block of three 8-channel groups, for the channel counts of MobileNet-style models that 16
@@ -138,9 +141,8 @@ def channel_blocks(channels: int, ctx: PassContext) -> Tuple[int, ...]:
 def flat_pixels(call: Call, ctx: PassContext) -> bool:
     """Whether the blocked ``call`` is computed over flat pixels (its tiles run along the
     image's ``H * W`` pixels, ``tile_plan``), rather than along each row."""
-    out = call.ty.static_shape()
-    if conv_tile(group_width(call) or call.args[1].ty.static_shape()[0], out[2], out[3],
-                 ctx) is None:
+    out, width = call.ty.static_shape(), group_width(call)
+    if width is None or conv_tile(width, out[2], out[3], ctx) is None:
         return False
     return tile_plan(conv_block(call, ctx), out[2], out[3], ctx)[1]
 
@@ -248,8 +250,8 @@ def conv_tile(channels: int, height: int, width: int,
 def conv_block(call: Call, ctx: PassContext) -> int:
     """The output-channel block of the blocked ``conv2d`` ``call``: with ``ctx.tuning_db``,
     the layer's best record (the tuner's ``conv_block`` decision, ``tune/layers.py``), else
-    ``conv_tile``'s pick."""
-    o = group_width(call) or call.args[1].ty.static_shape()[0]
+    ``conv_tile``'s pick (blocks within a group of a grouped conv, ``group_width``)."""
+    o = group_width(call)
     _, _, h, w = call.ty.static_shape()
     if ctx.tuning_db:
         from ..tune.layers import BLOCK, recorded_choice

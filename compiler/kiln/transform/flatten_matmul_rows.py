@@ -43,6 +43,7 @@ from ..ir.graph import Binding, Call, Constant, GraphExpr, GraphVar, TensorType
 from .dead_code_elimination import remove_dead_bindings
 from .graph_util import graph_functions, rewrite_function
 from .infra import Pass, PassContext, context
+from .conv_blocked import conv_groups
 from .layout_nchwc import elementwise
 
 
@@ -152,12 +153,9 @@ def _pixel_conv(call: Call) -> bool:
     xs, ws, ys = x.ty.static_shape(), w.ty.static_shape(), _static(call)
     if xs is None or ws is None or ys is None or not (_pixels(tuple(xs)) and _pixels(ys)):
         return False
-    attrs = dict(call.attrs)
-    groups = attrs.get("groups", 1)
-    padding = attrs.get("padding", 0)
+    padding = dict(call.attrs).get("padding", 0)
     padding = tuple(padding) if isinstance(padding, (list, tuple)) else (padding,)
-    return tuple(ws[2:]) == (1, 1) and (groups[0] if isinstance(groups, (list, tuple))
-                                         else groups) == 1 and not any(padding) \
+    return tuple(ws[2:]) == (1, 1) and conv_groups(call) == 1 and not any(padding) \
         and ws[0] % 8 != 0 and x.ty.dtype == "float32"
 
 

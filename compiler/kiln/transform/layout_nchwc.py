@@ -136,7 +136,7 @@ def conv_kind(call: Call, ctx: PassContext) -> Optional[str]:
     x, w = call.args
     if not _static_f32(x.ty, w.ty, call.ty) or len(w.ty.static_shape()) != 4:
         return None
-    groups = _pair(dict(call.attrs).get("groups", 1), (1,))[0]
+    groups = conv_blocked.conv_groups(call)
     o, cg = w.ty.static_shape()[:2]
     if cg == 1 and groups == o == x.ty.static_shape()[1]:
         return "depthwise"
@@ -227,7 +227,7 @@ def _candidate(var: GraphVar, call: Call, nodes, ctx: PassContext) -> Optional[_
         block = conv_blocked.conv_block(call, ctx)
         # A grouped conv reads its input blocked when a group's channels and the blocks nest.
         cg = call.args[1].ty.static_shape()[1]
-        nests = _pair(dict(call.attrs).get("groups", 1), (1,))[0] == 1 or \
+        nests = conv_blocked.conv_groups(call) == 1 or \
             (src is not None and (cg % src.block == 0 or src.block % cg == 0))
         return _Node(var, call, "conv", block, [arg0] if src is not None and nests else [])
     if call.op == "winograd_output" and _static_f32(call.ty) and \
@@ -440,7 +440,7 @@ class _Rewriter:
             src = self.blocked_of[x][0] if node.inputs else x
             out_layout = layout_name(node.block) if node.demanded else "NCHW"
             weight = pack_conv_weight(call.args[1].data, node.block)
-            groups = _pair(attrs.get("groups", 1), (1,))[0]
+            groups = conv_blocked.conv_groups(call)
             return ops.call("conv2d_nchwc", src, Constant(weight), out_layout=out_layout,
                             **conv, **({"groups": groups} if groups != 1 else {}))
         if node.kind == "winograd_output":

@@ -31,6 +31,7 @@ import numpy as np
 from .. import ops
 from ..ir import IRModule
 from ..ir.graph import Binding, Call, Constant, GraphVar, TensorType
+from . import conv_blocked
 from .graph_util import graph_functions, rewrite_function
 from .infra import Pass, PassContext, context
 from .layout_nchwc import elementwise
@@ -108,7 +109,7 @@ def _unblocked_conv(call: Call) -> bool:
     whole vectors, 104 -> 112 channels, than with that conv blocked in 8-channel blocks.)"""
     if call.op != "conv2d" or not isinstance(call.ty, TensorType) or call.ty.static_shape() is None:
         return False
-    groups = dict(call.attrs).get("groups", 1)
+    groups = conv_blocked.conv_groups(call)
     channels = call.args[0].ty.static_shape()[1]
     return (groups != 1 and groups != channels) or call.ty.static_shape()[1] % 8 != 0
 

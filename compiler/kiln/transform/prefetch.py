@@ -79,14 +79,14 @@ def prefetch_next_block(func: PrimFunc, block: str, weight: Optional[Buffer],
         return None
     f = par.loop_var
     nxt = Min((f // rows + 1) * rows, IntImm(par.extent.value - 1, "int32"))
-    prefix = _next_block(par, block, weight, nxt)
-    if prefix is None:
+    found = _next_block(par, block, weight, nxt)
+    if found is None:
         return None
+    prefix, gaps = found
     # A serial loop between the parallel loop and the reduction (a matmul's row tiles under a
     # column panel, a flat conv's pixel tiles under a channel block) splits each part again.
     inner = int(part.extent.value) if part is not None else 1
     inner_index = part.loop_var if part is not None else IntImm(0, "int32")
-    prefix, gaps = prefix
     shape = [int(d.value) for d in weight.shape]
     run = math.prod(shape[len(prefix):])              # contiguous elements of a run
     size = run * math.prod(shape[a] for a in gaps)    # elements of one block

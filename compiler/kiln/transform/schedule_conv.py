@@ -267,7 +267,7 @@ def _rows_outer(info, extents, rows: int, ctx: PassContext) -> bool:
     at 2 threads, 1 thread unchanged). The weights must stay in L2 beside the rows of input
     and output that stream past them: ResNet-50's 256 <-> 1024 convs at 14 x 14 (1 MiB of
     weight, half of L2) ran 4-5% faster by channel blocks at two threads; MobileNetV2's
-    160 <-> 960 (600 KB) 1-3% slower (session 19)."""
+    160 <-> 960 (600 KB) 1-3% slower by channel blocks, so they keep rows (session 19)."""
     _, blocks = extents[:2]
     if _grouped(info):
         # Each channel block reads only its group's input channels: nothing is re-read.

@@ -516,11 +516,12 @@ def schedule_contraction(sch: Schedule, c: Contraction, ctx: PassContext, kind: 
             loop = sch.fuse(*par) if len(par) > 1 else par[0]
             sch.parallel(loop)
             parts.append("parallel by rows" if by_rows else "parallel")
-            if kind == "matmul" and _packed_weight(c) is not None and not by_rows and not kc \
-                    and not mc and u0 is not None and depth == len(outer) - 1 \
-                    and outer[-1] is u0 and decide.choose("prefetch", [False, True], default=True):
+            weight = _packed_weight(c) if kind == "matmul" else None
+            if weight is not None and not by_rows and not kc and not mc and u0 is not None \
+                    and depth == len(outer) - 1 and outer[-1] is u0 \
+                    and decide.choose("prefetch", [False, True], default=True):
                 # Each row tile of a panel fetches part of the next panel (``prefetch.py``).
-                fetched = prefetch_next_block(sch.func, info.name, _packed_weight(c), 1)
+                fetched = prefetch_next_block(sch.func, info.name, weight, 1)
                 if fetched is not None:
                     sch._set_body(fetched.body)
                     parts.append("prefetch next panel")
