@@ -447,3 +447,28 @@ def test_grouped_conv_at_two_threads_equals_the_reference():
     vm = kiln.VirtualMachine(kiln.compile(out, target="llvm"), kiln.cpu())
     for got in outputs_at_threads(vm, [x]):
         np.testing.assert_allclose(got, reference(mod, [x]), rtol=1e-4, atol=1e-4)
+
+
+# ---- 1x1 convs over a blocked input: four channels a step ------------------------------------
+
+@pytest.mark.parametrize("mid,size,target,step", [
+    (64, 14, "llvm -mcpu=skylake-avx512", 4),     # 32-channel blocks: 8 steps of 4, unrolled
+    (64, 28, "llvm -mcpu=skylake-avx512", 4),     # a flat tile (28 x 28 in 12-pixel tiles)
+    (48, 14, AVX2, 4),                            # 16-channel blocks: 4 steps
+    (8, 14, "llvm -mcpu=skylake-avx512", 8),      # 8-channel blocks: the whole block a step
+])
+def test_pointwise_conv_reduces_four_channels_a_step(mid, size, target, step):
+    """A 1x1 conv reading a channel-blocked input reduces 4 channels of a pixel per step of its
+    tile, the step unrolled (``schedule_conv.POINTWISE_STEP_CHANNELS``), while the block holds
+    at least 4 such steps; the same numbers as the reference."""
+    from kiln.ir import For, collect
+    n = Net((1, 16, size, size))
+    mod = n.module(n.conv(n.conv(n.x, mid, k=3), 32, act=None))
+    out = _check(mod, target=target)
+    (pw,) = [k for k in kernels(out) if k.startswith("fused_conv2d_nchwc")
+             and len(out[k].params[0].shape) == 5 and int(out[k].params[1].shape[1].value) == 1]
+    assert f"ci={step}" in attr(out[pw], "kiln.decisions"), attr(out[pw], "kiln.decisions")
+    block = int(out[pw].params[0].shape[-1].value)
+    unrolled = [f for f in collect(out[pw].body, For) if f.kind == "unrolled"
+                and int(f.extent.value) == step and f.loop_var.name.startswith("rci")]
+    assert bool(unrolled) == (step < block), [(f.loop_var.name, f.kind) for f in collect(out[pw].body, For)]

@@ -59,11 +59,21 @@ from .schedule_rules import (block_infos, consumers, find, inline_intermediates,
 # shared broadcast (rc outermost, (ry, rx) unrolled: a 6 x 16 tile spills, 3x slower).
 REDUCE_CHANNELS = 8
 # Input channels per reduction step when the input is channel-blocked and the kernel larger
-# than 1x1 (a divisor of its block); a 1x1 conv reduces a pixel's whole block per step.
-# Measured (one thread, alternating rounds): MobileNetV2's 960 -> 320 1x1 conv at 7 x 7 on
-# AVX2 (block 16) 0.37 ms with 16 channels per step, 0.46 with 8 (NCHW input: 0.38); 3x3
-# convs of ResNet-18 within 4% either way on AVX2 and AVX-512.
+# than 1x1 (a divisor of its block); a 1x1 conv: POINTWISE_STEP_CHANNELS below. Measured (one
+# thread, alternating rounds): 3x3 convs of ResNet-18 within 4% either way on AVX2 and AVX-512.
+# (A 1x1 conv's step of 8 channels, not unrolled, was slower than the whole block: MobileNetV2's
+# 960 -> 320 at 7 x 7 on AVX2, block 16, 0.46 ms against 0.37.)
 BLOCKED_REDUCE_CHANNELS = 8
+# A 1x1 conv over a channel-blocked input reduces POINTWISE_STEP_CHANNELS channels of a pixel per
+# step, unrolled: four copies of the tile's step (one broadcast per pixel, the block's weight
+# vectors, the multiply-adds) per trip of the loop, which leaves fewer loop and address updates
+# to share the issue slots with the tile. ResNet-50's and ResNeXt-50's 1x1 convs at 7x7-56x56
+# (input blocks of 16 and 32 channels) ran 2-10% faster each at one thread (AVX-512; AVX2
+# within noise to 3% faster), the models 4-5% (bench/RESULTS.md, "Session 20"). Only while the
+# loop around the step keeps POINTWISE_MIN_STEPS trips: with 2 (8-channel blocks), LLVM
+# unrolled that loop too, and eight copies of a 12-pixel flat tile spilled (2.2x slower).
+POINTWISE_STEP_CHANNELS = 4
+POINTWISE_MIN_STEPS = 4
 # Images x channel blocks enough to share among the threads; with fewer, the pixel tiles of
 # each channel block are run in parallel instead.
 PARALLEL_TASKS = 4
@@ -135,12 +145,18 @@ def schedule_blocked_conv(func: PrimFunc, ctx: PassContext,
         bi = extents[n_sp + 3]
         divisors = [d for d in range(1, bi + 1) if bi % d == 0]
         taps = (extents[n_sp] or 1) * (extents[n_sp + 1] or 1)
-        default = bi if taps == 1 else max(d for d in divisors if d <= BLOCKED_REDUCE_CHANNELS)
+        if taps == 1:
+            step = POINTWISE_STEP_CHANNELS
+            default = step if bi % step == 0 and bi // step >= POINTWISE_MIN_STEPS else bi
+        else:
+            default = max(d for d in divisors if d <= BLOCKED_REDUCE_CHANNELS)
         ci = decide.choose("ci", divisors, default=default)
         red = [rco, ry, rx, rci]
         if ci < bi:
             rcio, rcii = sch.split(rci, [None, ci])
             red = [rco, rcio, ry, rx, rcii]
+            if taps == 1 and ci <= POINTWISE_STEP_CHANNELS:
+                sch.unroll(rcii)
     sch.reorder(*(outer + red + [pi, oi]))
 
     # The epilogue joins the write-back when it reads the tile one to one (it does once
