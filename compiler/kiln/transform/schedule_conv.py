@@ -70,8 +70,9 @@ BLOCKED_REDUCE_CHANNELS = 8
 # to share the issue slots with the tile. ResNet-50's and ResNeXt-50's 1x1 convs at 7x7-56x56
 # (input blocks of 16 and 32 channels) ran 2-10% faster each at one thread (AVX-512; AVX2
 # within noise to 3% faster), the models 4-5% (bench/RESULTS.md, "Session 20"). Only while the
-# loop around the step keeps POINTWISE_MIN_STEPS trips: with 2 (8-channel blocks), LLVM
-# unrolled that loop too, and eight copies of a 12-pixel flat tile spilled (2.2x slower).
+# block holds POINTWISE_MIN_STEPS such steps: with 2 (8-channel blocks) the unrolled step of a
+# 12-pixel flat tile spilled its accumulators (ResNeXt-50's 28 x 28 256 -> 512 conv 2.2x
+# slower). 3x3 convs gained nothing from it (ResNet-18's: 1-3% slower).
 POINTWISE_STEP_CHANNELS = 4
 POINTWISE_MIN_STEPS = 4
 # Images x channel blocks enough to share among the threads; with fewer, the pixel tiles of
