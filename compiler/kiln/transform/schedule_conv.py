@@ -48,7 +48,7 @@ from .block_iter import BlockIterError, fuse_block_iter, split_block_iter
 from .conv_blocked import ANNOTATION, FLAT_OVERHEAD, STEP_OVERHEAD, pixel_tile
 from .infra import PassContext
 from .layout import vectors
-from .prefetch import prefetch_next_block
+from .prefetch import LINE_ELEMENTS, prefetch_next_block
 from .schedule_tile import REMOTE_BYTE_COST
 from .schedule_rules import (block_infos, consumers, find, inline_intermediates, loop_rvs,
                              schedule_spatial, static_extent, tile_write_back)
@@ -116,7 +116,8 @@ def schedule_blocked_conv(func: PrimFunc, ctx: PassContext,
         xt = _choose_pixels(decide, extents[2], bn, ctx,
                             pixel_tile(extents[2], bn, ctx, overhead=STEP_OVERHEAD + FLAT_OVERHEAD))
         rows_outer = decide.choose("rows_outer", [False, True],
-                                   default=_rows_outer(info, extents, _out_rows(sch.func, info), ctx))
+                                   default=_rows_outer(info, extents, _out_rows(sch.func, info),
+                                                       extents[2], ctx))
         po, pi = sch.split(p, [None, xt]) if xt < extents[2] else (None, p)
         par = [n, ob]
         if po is not None:
@@ -127,7 +128,8 @@ def schedule_blocked_conv(func: PrimFunc, ctx: PassContext,
         (n, ob, y, x, oi), red = loops[:n_sp], loops[n_sp:]
         xt = _choose_pixels(decide, extents[3], bn, ctx, pixel_tile(extents[3], bn, ctx))
         rows_outer = decide.choose("rows_outer", [False, True],
-                                   default=_rows_outer(info, extents, extents[2], ctx))
+                                   default=_rows_outer(info, extents, extents[2],
+                                                       extents[2] * extents[3], ctx))
         po, pi = sch.split(x, [None, xt]) if xt < extents[3] else (None, x)
         par = [n, y, ob] if rows_outer else [n, ob, y]
     outer = par + ([po] if po is not None and po not in par else [])
@@ -273,7 +275,24 @@ def _operand_bytes(info) -> Tuple[int, int, bool]:
     return in_bytes, w_bytes, pointwise
 
 
-def _rows_outer(info, extents, rows: int, ctx: PassContext) -> bool:
+def _input_bytes_read(info, rows: int, pixels: int) -> int:
+    """The bytes of the input that one pass of a blocked conv over its output (``rows`` rows,
+    ``pixels`` pixels) reads: all of it, except for a strided 1 x 1 conv, which reads only
+    every ``s``-th row, and of a channel-blocked input whose pixel fills a cache line or more
+    (blocks of 16 channels or more), only every ``s``-th pixel of those rows."""
+    in_bytes, _, pointwise = _operand_bytes(info)
+    data = _operands(info)[0]
+    if not pointwise or data is None:
+        return in_bytes
+    shape = [int(d.value) for d in data.shape]
+    height, width = shape[2], shape[3]
+    read = in_bytes * min(rows, height) // height
+    if len(shape) == 5 and shape[4] >= LINE_ELEMENTS:
+        read = read * min(pixels // rows, width) // width
+    return read
+
+
+def _rows_outer(info, extents, rows: int, pixels: int, ctx: PassContext) -> bool:
     """Whether the pixel tiles go outside the channel blocks: each row of the input is then
     read once while all weights are re-read per output row (of ``rows``), instead of each
     channel block's weights read once while the whole input is re-read per block. Picks the
@@ -284,12 +303,17 @@ def _rows_outer(info, extents, rows: int, ctx: PassContext) -> bool:
     at 2 threads, 1 thread unchanged). The weights must stay in L2 beside the rows of input
     and output that stream past them: ResNet-50's 256 <-> 1024 convs at 14 x 14 (1 MiB of
     weight, half of L2) ran 4-5% faster by channel blocks at two threads; MobileNetV2's
-    160 <-> 960 (600 KB) 1-3% slower by channel blocks, so they keep rows (session 19)."""
+    160 <-> 960 (600 KB) 1-3% slower by channel blocks, so they keep rows (session 19).
+    The input counts as the bytes the conv reads (``_input_bytes_read``): ResNet-50's stride-2
+    512 -> 1024 conv at 28 x 28 counted all 1.6 MB of its input and went by rows, re-reading
+    its 2 MiB of weight per output row: 1.87 ms, by channel blocks 1.22 (one thread; 2.56 ->
+    2.01 compiled for AVX2)."""
     _, blocks = extents[:2]
     if _grouped(info):
         # Each channel block reads only its group's input channels: nothing is re-read.
         return False
-    in_bytes, w_bytes, pointwise = _operand_bytes(info)
+    _, w_bytes, pointwise = _operand_bytes(info)
+    in_bytes = _input_bytes_read(info, rows, pixels)
     if rows * w_bytes < blocks * in_bytes:
         return True
     return ctx.cores > 1 and pointwise and w_bytes <= 3 * ctx.machine.l2_bytes // 8 \
