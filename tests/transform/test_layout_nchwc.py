@@ -489,3 +489,19 @@ def test_strided_pointwise_conv_counts_the_input_it_reads(stride, order):
              and len(out[k].params[0].shape) == 5 and int(out[k].params[1].shape[1].value) == 1]
     assert int(out[pw].params[0].shape[-1].value) == 16
     assert order in attr(out[pw], "kiln.schedule"), attr(out[pw], "kiln.schedule")
+
+
+@pytest.mark.parametrize("size,order", [(56, "rows outer"), (28, "channel blocks outer")])
+def test_conv_whose_weights_fit_in_l2_goes_by_rows_over_a_large_input(size, order):
+    """A stride-2 3 x 3 conv with 147 KB of weight: over a 56 x 56 input (800 KB, more than
+    3/8 of the target's 1 MiB L2) the rows go outside, the weights re-read from L2 per row;
+    over 28 x 28 (200 KB) the counted traffic decides, channel blocks outside
+    (``schedule_conv._rows_outer``). The same numbers as the reference."""
+    n = Net((1, 16, size, size))
+    mod = n.module(n.conv(n.conv(n.x, 64, k=3), 64, k=3, stride=2, act=None))
+    ctx = PassContext(target=AVX2, cores=1, parallel_min_elements=1024)
+    assert ctx.resolved().machine.l2_bytes == 1 << 20
+    out = _check(mod, AVX2, ctx)
+    (s2,) = [k for k in kernels(out) if k.startswith("fused_conv2d_nchwc")
+             and len(out[k].params[0].shape) == 5 and int(out[k].params[1].shape[1].value) == 3]
+    assert order in attr(out[s2], "kiln.schedule"), attr(out[s2], "kiln.schedule")
