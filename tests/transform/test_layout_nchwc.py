@@ -449,7 +449,13 @@ def test_grouped_conv_at_two_threads_equals_the_reference():
         np.testing.assert_allclose(got, reference(mod, [x]), rtol=1e-4, atol=1e-4)
 
 
-# ---- 1x1 convs over a blocked input: four channels a step ------------------------------------
+# ---- convs over a blocked input: the reduction step and the loop order ---------------------
+
+def _blocked_input_conv(out, k):
+    """The one conv kernel of ``out`` with a k x k kernel that reads a channel-blocked input."""
+    (name,) = [n for n in kernels(out) if n.startswith("fused_conv2d_nchwc")
+               and len(out[n].params[0].shape) == 5 and int(out[n].params[1].shape[1].value) == k]
+    return out[name]
 
 @pytest.mark.parametrize("mid,size,target,step", [
     (64, 14, "llvm -mcpu=skylake-avx512", 4),     # 32-channel blocks: 8 steps of 4, unrolled
@@ -465,13 +471,13 @@ def test_pointwise_conv_reduces_four_channels_a_step(mid, size, target, step):
     n = Net((1, 16, size, size))
     mod = n.module(n.conv(n.conv(n.x, mid, k=3), 32, act=None))
     out = _check(mod, target=target)
-    (pw,) = [k for k in kernels(out) if k.startswith("fused_conv2d_nchwc")
-             and len(out[k].params[0].shape) == 5 and int(out[k].params[1].shape[1].value) == 1]
-    assert f"ci={step}" in attr(out[pw], "kiln.decisions"), attr(out[pw], "kiln.decisions")
-    block = int(out[pw].params[0].shape[-1].value)
-    unrolled = [f for f in collect(out[pw].body, For) if f.kind == "unrolled"
-                and int(f.extent.value) == step and f.loop_var.name.startswith("rci")]
-    assert bool(unrolled) == (step < block), [(f.loop_var.name, f.kind) for f in collect(out[pw].body, For)]
+    pw = _blocked_input_conv(out, 1)
+    assert f"ci={step}" in attr(pw, "kiln.decisions"), attr(pw, "kiln.decisions")
+    loops = collect(pw.body, For)
+    unrolled = [f for f in loops if f.kind == "unrolled" and int(f.extent.value) == step
+                and f.loop_var.name.startswith("rci")]
+    block = int(pw.params[0].shape[-1].value)
+    assert bool(unrolled) == (step < block), [(f.loop_var.name, f.kind) for f in loops]
 
 
 @pytest.mark.parametrize("stride,order", [(1, "rows outer"), (2, "channel blocks outer")])
@@ -485,10 +491,9 @@ def test_strided_pointwise_conv_counts_the_input_it_reads(stride, order):
     n = Net((1, 16, 28, 28))
     mod = n.module(n.conv(n.conv(n.x, 64, k=3), 128, k=1, stride=stride, act=None))
     out = _check(mod, AVX2, PassContext(target=AVX2, cores=1, parallel_min_elements=1024))
-    (pw,) = [k for k in kernels(out) if k.startswith("fused_conv2d_nchwc")
-             and len(out[k].params[0].shape) == 5 and int(out[k].params[1].shape[1].value) == 1]
-    assert int(out[pw].params[0].shape[-1].value) == 16
-    assert order in attr(out[pw], "kiln.schedule"), attr(out[pw], "kiln.schedule")
+    pw = _blocked_input_conv(out, 1)
+    assert int(pw.params[0].shape[-1].value) == 16
+    assert order in attr(pw, "kiln.schedule"), attr(pw, "kiln.schedule")
 
 
 @pytest.mark.parametrize("size,order", [(56, "rows outer"), (28, "channel blocks outer")])
@@ -502,6 +507,5 @@ def test_conv_whose_weights_fit_in_l2_goes_by_rows_over_a_large_input(size, orde
     ctx = PassContext(target=AVX2, cores=1, parallel_min_elements=1024)
     assert ctx.resolved().machine.l2_bytes == 1 << 20
     out = _check(mod, AVX2, ctx)
-    (s2,) = [k for k in kernels(out) if k.startswith("fused_conv2d_nchwc")
-             and len(out[k].params[0].shape) == 5 and int(out[k].params[1].shape[1].value) == 3]
-    assert order in attr(out[s2], "kiln.schedule"), attr(out[s2], "kiln.schedule")
+    conv = _blocked_input_conv(out, 3)
+    assert order in attr(conv, "kiln.schedule"), attr(conv, "kiln.schedule")

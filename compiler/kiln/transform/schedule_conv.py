@@ -275,20 +275,19 @@ def _operand_bytes(info) -> Tuple[int, int, bool]:
     return in_bytes, w_bytes, pointwise
 
 
-def _input_bytes_read(info, rows: int, pixels: int) -> int:
-    """The bytes of the input that one pass of a blocked conv over its output (``rows`` rows,
-    ``pixels`` pixels) reads: all of it, except for a strided 1 x 1 conv, which reads only
-    every ``s``-th row, and of a channel-blocked input whose pixel fills a cache line or more
-    (blocks of 16 channels or more), only every ``s``-th pixel of those rows."""
-    in_bytes, _, pointwise = _operand_bytes(info)
-    data = _operands(info)[0]
-    if not pointwise or data is None:
-        return in_bytes
+def _input_bytes_read(data: Buffer, in_bytes: int, rows: int, pixels: int) -> int:
+    """The bytes of a 1 x 1 conv's input ``data`` (``in_bytes`` in all) that one pass over its
+    output (``rows`` rows, ``pixels`` pixels) reads: with stride ``s``, every ``s``-th row,
+    and of a channel-blocked input whose pixel fills a cache line or more (blocks of 16
+    channels or more), every ``s``-th pixel of those rows. All of it when ``rows`` is not a
+    row count (an output row longer than the input's)."""
     shape = [int(d.value) for d in data.shape]
     height, width = shape[2], shape[3]
-    read = in_bytes * min(rows, height) // height
+    if rows > height or pixels // rows > width:
+        return in_bytes
+    read = in_bytes * rows // height
     if len(shape) == 5 and shape[4] >= LINE_ELEMENTS:
-        read = read * min(pixels // rows, width) // width
+        read = read * (pixels // rows) // width
     return read
 
 
@@ -315,15 +314,18 @@ def _rows_outer(info, extents, rows: int, pixels: int, ctx: PassContext) -> bool
     if _grouped(info):
         # Each channel block reads only its group's input channels: nothing is re-read.
         return False
-    _, w_bytes, pointwise = _operand_bytes(info)
-    in_bytes = _input_bytes_read(info, rows, pixels)
+    in_bytes, w_bytes, pointwise = _operand_bytes(info)
+    data = _operands(info)[0]
+    if pointwise and data is not None:
+        in_bytes = _input_bytes_read(data, in_bytes, rows, pixels)
     if rows * w_bytes < blocks * in_bytes:
         return True
-    if w_bytes <= 3 * ctx.machine.l2_bytes // 8 < in_bytes:
+    l2_share = 3 * ctx.machine.l2_bytes // 8
+    if w_bytes <= l2_share < in_bytes:
         # The weights stay in L2 for every row while the input streams past once; by channel
         # blocks the input, too large for L2, would come from further out for every block.
         return True
-    return ctx.cores > 1 and pointwise and w_bytes <= 3 * ctx.machine.l2_bytes // 8 \
+    return ctx.cores > 1 and pointwise and w_bytes <= l2_share \
         and REMOTE_BYTE_COST * in_bytes >= w_bytes
 
 
