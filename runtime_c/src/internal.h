@@ -231,6 +231,10 @@ void kiln_thread_pool_kernel_ctx(kiln_kernel_ctx_t* out_ctx);
 void kiln_thread_pool_call_begin(void);
 void kiln_thread_pool_call_end(void);
 
+/* How many workers are blocked (or about to block) for work, and how many times one stopped
+ * blocking: what the thread pool's tests observe instead of timing the workers. */
+void kiln_thread_pool_wait_counts(int32_t* out_sleepers, int64_t* out_wakeups);
+
 /* ---- platform (platform.c): everything that touches the OS besides threads ------------------ */
 
 /* dlopen(path) with RTLD_NOW | RTLD_LOCAL; a path without '/' is made relative to the working

@@ -75,6 +75,10 @@ kiln_status_t kiln_set_num_threads(int32_t num_threads) {
 int32_t kiln_get_num_threads(void) { return 1; }
 
 void kiln_thread_pool_call_begin(void) {}
+void kiln_thread_pool_wait_counts(int32_t* out_sleepers, int64_t* out_wakeups) {
+  *out_sleepers = 0;
+  *out_wakeups = 0;
+}
 void kiln_thread_pool_call_end(void) {}
 
 void kiln_thread_pool_kernel_ctx(kiln_kernel_ctx_t* ctx) {
@@ -182,6 +186,7 @@ typedef struct {
   int32_t launcher_waiting; /* the launcher is blocked (or about to block) on `done` */
   int32_t stop;             /* workers exit at the next generation */
   int32_t started;          /* atomic: workers started since the last start_workers */
+  int64_t wakeups;          /* atomic: times a worker stopped blocking on `wake` (for tests) */
   pthread_mutex_t launch_mu; /* held for a whole launch or resize: one loop at a time */
   pthread_mutex_t mu;        /* the mutex of both condition variables */
   pthread_cond_t wake;       /* workers block here for a new generation */
@@ -262,6 +267,10 @@ void kiln_thread_pool_call_begin(void) {
   pthread_cond_broadcast(&p->wake);
   pthread_mutex_unlock(&p->mu);
 }
+void kiln_thread_pool_wait_counts(int32_t* out_sleepers, int64_t* out_wakeups) {
+  *out_sleepers = __atomic_load_n(&g_pool.sleepers, __ATOMIC_SEQ_CST);
+  *out_wakeups = __atomic_load_n(&g_pool.wakeups, __ATOMIC_SEQ_CST);
+}
 void kiln_thread_pool_call_end(void) {
   __atomic_store_n(&g_last_call_end_ns, kiln_platform_now_ns(), __ATOMIC_RELAXED);
   __atomic_sub_fetch(&g_calls_in_flight, 1, __ATOMIC_RELAXED);
@@ -294,6 +303,7 @@ static uint64_t wait_for_generation(pool_t* p, uint64_t seen) {
   while ((g = __atomic_load_n(&p->generation, __ATOMIC_SEQ_CST)) == seen)
     pthread_cond_wait(&p->wake, &p->mu);
   __atomic_sub_fetch(&p->sleepers, 1, __ATOMIC_RELAXED);
+  __atomic_add_fetch(&p->wakeups, 1, __ATOMIC_RELAXED);
   pthread_mutex_unlock(&p->mu);
   return g;
 }
