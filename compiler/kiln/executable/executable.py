@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Union
 
 
-from ..ir.function import IRModule
+from ..ir.function import IRModule, PrimFunc
 from .blob_object import elf_machine, llvm_blob_object, write_elf_object
 from .format import ExecutableSpec, deserialize, disassemble, layout, serialize, write_pieces
 from .lower import lower_module
@@ -278,6 +278,10 @@ def compile(mod: IRModule, target="llvm", pipeline: Union[None, str, Callable] =
         raise TypeError(f"kiln.compile takes an IRModule, got {type(mod).__name__}")
     mod = schedule_for_target(mod, target, tuning_db)
     spec, plans = lower_module(mod, _canonical_target(target))
+    # Kernels no instruction calls (a concat the memory plan does in place) are not built.
+    called = set(spec.kernels)
+    mod = IRModule({n: f for n, f in mod.items() if not isinstance(f, PrimFunc) or n in called},
+                   mod.attrs)
     size, pieces = layout(spec)   # the blob in pieces, constants as views: never joined here
     digest = hashlib.sha256()
     write_pieces(size, pieces, digest.update)

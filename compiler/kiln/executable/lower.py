@@ -44,6 +44,7 @@ from ..ir.graph import (BUILTIN_OPS, Call, Constant, ExternFunc, Function, Globa
                         TensorType, Tuple as GTuple, TupleGetItem, TupleType)
 from .format import (RESERVED_NAMES, ExecutableSpec, FunctionSpec, Instruction, Op, ParamSpec,
                      dtype_to_dl, tensor_nbytes)
+from .concat_views import concat_views
 from .plan import Alloc, MemoryPlan, plan_memory
 
 
@@ -139,6 +140,8 @@ class _FunctionLowering:
         self.alloc_types: Dict[int, TensorType] = {}
         self.plan: Optional[MemoryPlan] = None
         self.arena_ids: set = set()
+        # Concats the memory plan does (concat_views.py): binding -> the concat's allocation.
+        self.elided: Dict[int, int] = {}
 
     def _where(self, i: int) -> str:
         if i >= len(self.bindings):
@@ -280,9 +283,17 @@ class _FunctionLowering:
                     last[a] = max(last[a], i)
                 trees[b.var] = t
         escaping = _flatten(tree(self.func.body, len(self.bindings)))
+        # A concat done in place: its storage is live from its first part's kernel on.
+        views, self.elided = concat_views(self.bindings, self.outputs, self.alloc_types,
+                                          self.prim_funcs, escaping)
+        for k, (c, _) in views.items():
+            first[c] = min(first[c], first[k])
+            last[c] = max(last[c], last[k])
 
         allocs = []
         for k, ty in self.alloc_types.items():
+            if k in views:
+                continue
             shape = ty.static_shape()
             if shape is None and self.bounds and ty.shape is not None:
                 # Planned at its largest size; the VM checks the view fits at run time.
@@ -292,8 +303,10 @@ class _FunctionLowering:
                 continue  # returned, or sized by unbounded symbolic dims: ALLOC_OUTPUT
             nbytes = tensor_nbytes(ty.dtype, shape)   # sub-byte dtypes packed
             allocs.append(Alloc(k, nbytes, first[k], last[k]))
-        self.arena_ids = {a.key for a in allocs}
         self.plan = plan_memory(allocs)
+        for k, (c, off) in views.items():
+            self.plan.offsets[k] = self.plan.offsets[c] + off
+        self.arena_ids = {a.key for a in allocs} | set(views)
 
     def _analyse_if(self, i: int, call: Call, tree, last) -> object:
         """The alias tree of a ``call_if`` result: anything it returns may be one of its
@@ -351,7 +364,10 @@ class _FunctionLowering:
 
         for i, b in enumerate(self.bindings):
             v = b.value
-            if isinstance(v, Call):
+            if i in self.elided:
+                # Its parts are in place already: the concat is a view of their storage.
+                regs[b.var] = self._alloc(i, self.elided[i], new_reg, code)
+            elif isinstance(v, Call):
                 regs[b.var] = self._emit_call(i, v, value, new_reg, code)
             else:
                 regs[b.var] = value(v, i)
@@ -423,22 +439,24 @@ class _FunctionLowering:
                 raise LowerError(f"{self._where(i)}: call_dps_packed callee must be an ExternFunc, got {callee!r}")
             op, index = Op.CALL_EXTERN, self.tables.extern(callee.name)
         in_regs = [value(f, i) for f in fields]
-        out_regs = []
-        for k in self.outputs[i]:
-            ty = self.alloc_types[k]
-            dst = new_reg()
-            dims = self._dims(ty, self._where(i))
-            dtype = list(dtype_to_dl(ty.dtype))
-            if k in self.arena_ids:
-                code.append(Instruction(Op.ALLOC_ARENA, [dst, self.plan.offsets[k], *dtype, len(dims), *dims]))
-            else:
-                code.append(Instruction(Op.ALLOC_OUTPUT, [dst, *dtype, len(dims), *dims]))
-            out_regs.append(dst)
+        out_regs = [self._alloc(i, k, new_reg, code) for k in self.outputs[i]]
         code.append(Instruction(op, [index, len(in_regs) + len(out_regs), *in_regs, *out_regs]))
         if isinstance(call.ty, TensorType):
             return out_regs[0]
         dst = new_reg()
         code.append(Instruction(Op.MAKE_TUPLE, [dst, len(out_regs), *out_regs]))
+        return dst
+
+    def _alloc(self, i: int, k: int, new_reg, code) -> int:
+        """A register holding allocation ``k`` (of binding ``i``): its arena view or a new output."""
+        ty = self.alloc_types[k]
+        dst = new_reg()
+        dims = self._dims(ty, self._where(i))
+        dtype = list(dtype_to_dl(ty.dtype))
+        if k in self.arena_ids:
+            code.append(Instruction(Op.ALLOC_ARENA, [dst, self.plan.offsets[k], *dtype, len(dims), *dims]))
+        else:
+            code.append(Instruction(Op.ALLOC_OUTPUT, [dst, *dtype, len(dims), *dims]))
         return dst
 
 

@@ -43,6 +43,9 @@ ATTR_SCHEDULE = "kiln.schedule"  # set by default_schedule: what schedule the ke
 ATTR_SCHEDULED_FOR = "kiln.scheduled_for"
 # set by default_schedule: the rule's named decisions, "name=value ..." (schedule/decisions.py)
 ATTR_DECISIONS = "kiln.decisions"
+# A kernel that is one concat of its parameters, in order: the axis. The executable's memory
+# plan may then have the parts written in place and skip the kernel (executable/lower.py).
+ATTR_CONCAT_AXIS = "kiln.concat_axis"
 PACK_ANNOTATION = ("kiln.layout", "pack")
 
 _ANCHOR_PATTERNS = ("out_fusable", "reduce", "opaque")
@@ -169,6 +172,9 @@ def build_kernel(group: Sequence[Tuple[GraphVar, Call]], ctx: PassContext) -> Ke
     func = _annotate_packs(func)
     names = [c.op for c in calls]
     attrs = {ATTR_OPS: "+".join(names), ATTR_ANCHOR: anchor_of(calls).op}
+    if names == ["concat"] and len(inputs) == len(calls[0].args) \
+            and all(a is b for a, b in zip(inputs, calls[0].args)):
+        attrs[ATTR_CONCAT_AXIS] = int(calls[0].attr("axis") or 0) % len(calls[0].ty.shape)
     base = names[0] if len(names) == 1 else "fused_" + "_".join(_short(names))
     return Kernel(_with_attrs(func, attrs), inputs, base, calls[-1].ty, pre)
 
