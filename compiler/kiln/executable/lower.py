@@ -44,7 +44,7 @@ from ..ir.graph import (BUILTIN_OPS, Call, Constant, ExternFunc, Function, Globa
                         TensorType, Tuple as GTuple, TupleGetItem, TupleType)
 from .format import (RESERVED_NAMES, ExecutableSpec, FunctionSpec, Instruction, Op, ParamSpec,
                      dtype_to_dl, tensor_nbytes)
-from .concat_views import concat_views
+from .views import plan_views
 from .plan import Alloc, MemoryPlan, plan_memory
 
 
@@ -140,7 +140,7 @@ class _FunctionLowering:
         self.alloc_types: Dict[int, TensorType] = {}
         self.plan: Optional[MemoryPlan] = None
         self.arena_ids: set = set()
-        # Concats the memory plan does (concat_views.py): binding -> the concat's allocation.
+        # Concats and slices the memory plan does (views.py): binding -> the view it becomes.
         self.elided: Dict[int, int] = {}
 
     def _where(self, i: int) -> str:
@@ -283,9 +283,10 @@ class _FunctionLowering:
                     last[a] = max(last[a], i)
                 trees[b.var] = t
         escaping = _flatten(tree(self.func.body, len(self.bindings)))
-        # A concat done in place: its storage is live from its first part's kernel on.
-        views, self.elided = concat_views(self.bindings, self.outputs, self.alloc_types,
-                                          self.prim_funcs, escaping)
+        # Concats and slices done in place: a container (a concat's result, a slice's input) is
+        # live from its first member's kernel to the last read of it or of a member.
+        views, self.elided = plan_views(self.bindings, self.outputs, self.alloc_types,
+                                        self.prim_funcs, escaping)
         for k, (c, _) in views.items():
             first[c] = min(first[c], first[k])
             last[c] = max(last[c], last[k])
@@ -365,7 +366,7 @@ class _FunctionLowering:
         for i, b in enumerate(self.bindings):
             v = b.value
             if i in self.elided:
-                # Its parts are in place already: the concat is a view of their storage.
+                # A concat whose parts are in place, a slice of its input: a view, no kernel.
                 regs[b.var] = self._alloc(i, self.elided[i], new_reg, code)
             elif isinstance(v, Call):
                 regs[b.var] = self._emit_call(i, v, value, new_reg, code)

@@ -549,6 +549,35 @@ def _ref_strided_slice(x, begin, end, strides=None, axes=None, assume_in_bounds=
     return out
 
 
+def contiguous_slice_offset(x: TensorType, attrs) -> Optional[int]:
+    """The element offset of ``strided_slice(x, **attrs)`` in ``x`` when its result is one
+    contiguous run of ``x``'s elements (row-major; static shape): every axis before the first
+    cut one taken at one index, every axis after it whole, step 1. Else None.
+
+    >>> contiguous_slice_offset(TensorType((1, 116, 28, 28), "float32"),
+    ...                         {"begin": (58,), "end": (116,), "axes": (1,)})
+    45472
+    """
+    shape = x.static_shape()
+    if shape is None:
+        return None
+    plan = _slice_plan("strided_slice", x, *_slice_args(attrs))
+    if any(const_dim(p[0]) is None or const_dim(p[2]) is None for p in plan):
+        return None
+    starts = [const_dim(p[0]) for p in plan]
+    lengths = [const_dim(p[2]) for p in plan]
+    cut = [d for d in range(len(shape)) if lengths[d] != shape[d]]
+    a = cut[0] if cut else len(shape)
+    if any(lengths[d] != 1 for d in range(a)) or any(d > a for d in cut) \
+            or (a < len(shape) and lengths[a] > 1 and plan[a][1] != 1):
+        return None
+    offset, stride = 0, 1
+    for d in reversed(range(len(shape))):
+        offset += starts[d] * stride
+        stride *= shape[d]
+    return offset
+
+
 register("strided_slice", infer=_infer_strided_slice, compute=_compute_strided_slice,
          reference=_ref_strided_slice, pattern="injective", num_args=1,
          doc="strided_slice(x, begin, end, strides=None, axes=None): ONNX Slice with numpy's "

@@ -32,6 +32,7 @@ from ..ir.stmt import Block
 from ..ir.structural import structural_equal, structural_hash
 from .graph_util import unique_name
 from ..ops import conv_nchwc
+from ..ops.transform import contiguous_slice_offset
 from . import conv_blocked, layout
 from .infra import PassContext
 
@@ -44,8 +45,11 @@ ATTR_SCHEDULED_FOR = "kiln.scheduled_for"
 # set by default_schedule: the rule's named decisions, "name=value ..." (schedule/decisions.py)
 ATTR_DECISIONS = "kiln.decisions"
 # A kernel that is one concat of its parameters, in order: the axis. The executable's memory
-# plan may then have the parts written in place and skip the kernel (executable/lower.py).
+# plan may then have the parts written in place and skip the kernel (executable/views.py).
 ATTR_CONCAT_AXIS = "kiln.concat_axis"
+# A kernel whose output is one contiguous run of its one input's elements (a slice of the
+# channels of a batch-1 tensor): where the run starts. The plan may make it a view (views.py).
+ATTR_VIEW_OFFSET = "kiln.view_offset"
 PACK_ANNOTATION = ("kiln.layout", "pack")
 
 _ANCHOR_PATTERNS = ("out_fusable", "reduce", "opaque")
@@ -175,6 +179,10 @@ def build_kernel(group: Sequence[Tuple[GraphVar, Call]], ctx: PassContext) -> Ke
     if names == ["concat"] and len(inputs) == len(calls[0].args) \
             and all(a is b for a, b in zip(inputs, calls[0].args)):
         attrs[ATTR_CONCAT_AXIS] = int(calls[0].attr("axis") or 0) % len(calls[0].ty.shape)
+    if names == ["strided_slice"] and len(inputs) == 1 and inputs[0] is calls[0].args[0]:
+        offset = contiguous_slice_offset(inputs[0].ty, dict(calls[0].attrs))
+        if offset is not None:
+            attrs[ATTR_VIEW_OFFSET] = offset
     base = names[0] if len(names) == 1 else "fused_" + "_".join(_short(names))
     return Kernel(_with_attrs(func, attrs), inputs, base, calls[-1].ty, pre)
 

@@ -1,6 +1,7 @@
-"""Concats done by the memory plan (executable/concat_views.py): each part's kernel writes it
-straight into the concat's storage and the concat kernel never runs; the outputs checked
-against the graph interpreter (numpy references of the operators) at 1e-4."""
+"""Concats and slices done by the memory plan (executable/views.py): each concat part's kernel
+writes it straight into the concat's storage, a slice is a view of its input, and neither
+kernel runs; the outputs checked against the graph interpreter (numpy references of the
+operators) at 1e-4."""
 import math
 
 import numpy as np
@@ -8,7 +9,7 @@ import pytest
 
 import kiln
 from kiln import nn
-from kiln.executable.concat_views import _offsets
+from kiln.executable.views import _concat_offsets, _slice_offset
 from kiln.executable.format import Op
 from kiln.ir import TensorType
 from kiln.ir.graph_interp import interpret
@@ -28,6 +29,7 @@ class Fire(nn.Module):
         self.c = nn.Conv2d(64, 16, 1)
         self.d = nn.Conv2d(96, 16, 1)
         self.e = nn.Conv2d(16, 32, 1)
+        self.f = nn.Conv2d(32, 16, 1)
 
     def forward(self, x):
         s = F.relu(self.s(x))
@@ -47,7 +49,11 @@ class Fire(nn.Module):
         if w == "shared_part":                    # one part in two concats
             return self.c(F.concat([a, b], dim=1)) + self.c(F.concat([a, a + 1.0], dim=1))
         if w == "part_read_later":                # a part read again after the concat
-            return self.c(F.concat([a, b], dim=1)) + a[:, :16]
+            return self.c(F.concat([a, b], dim=1)) + self.f(a)
+        if w == "split":                          # ShuffleNet's channel split, the halves apart
+            return self.c(F.concat([self.a(a[:, :16]), self.a(a[:, 16:])], dim=1))
+        if w == "strided_split":                  # every other channel: no contiguous range
+            return self.c(F.concat([self.a(a[:, ::2]), self.a(a[:, 1::2])], dim=1))
         raise ValueError(w)
 
 
@@ -71,6 +77,10 @@ def _run(wiring, shape=(1, 3, 12, 12), pipeline="default", bind=True):
 
 def _concat_kernels(ex):
     return [k for k in ex.spec.kernels if "concat" in k]
+
+
+def _slice_kernels(ex):
+    return [k for k in ex.spec.kernels if "slice" in k]
 
 
 def _arena_views(ex):
@@ -123,12 +133,12 @@ def test_one_of_two_concats_is_in_place(wiring):
 
 def _run_kernels_without_views(wiring):
     import kiln.executable.lower as lower
-    saved = lower.concat_views
-    lower.concat_views = lambda *args: ({}, {})
+    saved = lower.plan_views
+    lower.plan_views = lambda *args: ({}, {})
     try:
         return _run(wiring).spec.kernels
     finally:
-        lower.concat_views = saved
+        lower.plan_views = saved
 
 
 def test_part_read_after_the_concat_stays_intact():
@@ -140,11 +150,39 @@ def test_part_read_after_the_concat_stays_intact():
 
 def test_offsets_need_whole_cache_lines_and_a_contiguous_layout():
     t = lambda *shape: TensorType(shape, "float32")
-    assert _offsets(t(1, 32, 8, 8), [t(1, 16, 8, 8), t(1, 16, 8, 8)], 1) == [0, 4096]
+    assert _concat_offsets(t(1, 32, 8, 8), [t(1, 16, 8, 8), t(1, 16, 8, 8)], 1) == [0, 4096]
     # 7 x 7 planes: the second part would start at byte 196, inside a cache line.
-    assert _offsets(t(1, 2, 7, 7), [t(1, 1, 7, 7), t(1, 1, 7, 7)], 1) is None
+    assert _concat_offsets(t(1, 2, 7, 7), [t(1, 1, 7, 7), t(1, 1, 7, 7)], 1) is None
     # Along the last axis of a 2-row tensor the parts interleave.
-    assert _offsets(t(2, 32), [t(2, 16), t(2, 16)], 1) is None
+    assert _concat_offsets(t(2, 32), [t(2, 16), t(2, 16)], 1) is None
     # Parts that do not add up to the result, or of another dtype.
-    assert _offsets(t(1, 48, 8, 8), [t(1, 16, 8, 8), t(1, 16, 8, 8)], 1) is None
-    assert _offsets(t(1, 32, 8, 8), [t(1, 16, 8, 8), TensorType((1, 16, 8, 8), "float16")], 1) is None
+    assert _concat_offsets(t(1, 48, 8, 8), [t(1, 16, 8, 8), t(1, 16, 8, 8)], 1) is None
+    assert _concat_offsets(t(1, 32, 8, 8), [t(1, 16, 8, 8), TensorType((1, 16, 8, 8), "float16")], 1) is None
+
+
+@pytest.mark.parametrize("pipeline,bind", [("default", True), ("default", False), ("zero", True)])
+def test_channel_split_is_a_view_of_its_input(pipeline, bind):
+    ex = _run("split", pipeline=pipeline, bind=bind)
+    assert _slice_kernels(ex) == []
+    # Each half a view at its offset in `a` (32 channels of 12 x 12): the second at +9216 bytes.
+    views = _arena_views(ex)
+    half = 4 * 16 * 12 * 12
+    starts = {off for off, b in views if b == 2 * half}
+    assert any({(s, half), (s + half, half)} <= set(views) for s in starts)
+
+
+def test_strided_channel_split_runs_its_kernels():
+    ex = _run("strided_split")
+    assert len(_slice_kernels(ex)) == 2
+
+
+def test_split_over_a_batch_runs_its_kernels():
+    ex = _run("split", shape=(2, 3, 12, 12))
+    assert len(_slice_kernels(ex)) == 2
+
+
+def test_slice_offsets_need_whole_cache_lines():
+    t = lambda *shape: TensorType(shape, "float32")
+    assert _slice_offset(t(1, 32, 8, 8), t(1, 16, 8, 8), 16 * 64) == [4096]
+    assert _slice_offset(t(1, 2, 7, 7), t(1, 1, 7, 7), 49) is None        # byte 196
+    assert _slice_offset(t(1, 32, 8, 8), t(1, 16, 8, 8), 24 * 64) is None  # past the end
