@@ -1,7 +1,8 @@
 """pad_conv_channels: a conv whose output channels no vector width divides (1000 on AVX-512, 255
-anywhere) computes them padded with zero channels to whole vectors and slices the padding off
-(printed graph), also before a grouped conv; counts the width divides, paddings of more than
-an eighth and convs that feed a channel-blocked chain are left; the compiled results equal the graph interpreter's (numpy
+anywhere) computes them padded with zero channels to whole vectors, runs its bias and
+activation on them too, and slices the padding off after those (printed graph), also before a
+grouped conv; counts the width divides, paddings of more than an eighth and convs that feed a
+channel-blocked chain are left; the compiled results equal the graph interpreter's (numpy
 references) at 1 and 2 threads."""
 from __future__ import annotations
 
@@ -38,9 +39,32 @@ def _bindings(mod):
 
 def test_1000_channels_are_computed_as_1008_on_avx512_and_sliced():
     out = pad_conv_channels(PassContext(target=AVX512))(_head(64, 1000))
-    assert _bindings(out)[:2] == [("conv2d", (1, 1008, 13, 13)), ("strided_slice", (1, 1000, 13, 13))]
-    w = out["main"].blocks[0].bindings[0].value.args[1].data
+    # The bias and the relu run on the padded channels (one kernel with the conv); the slice
+    # comes after them.
+    assert _bindings(out)[:4] == [("conv2d", (1, 1008, 13, 13)), ("add", (1, 1008, 13, 13)),
+                                  ("relu", (1, 1008, 13, 13)), ("strided_slice", (1, 1000, 13, 13))]
+    bindings = out["main"].blocks[0].bindings
+    w, b = bindings[0].value.args[1].data, bindings[1].value.args[1].data
     assert w.shape == (1008, 64, 1, 1) and not w[1000:].any()
+    assert b.shape == (1, 1008, 1, 1) and not b[:, 1000:].any()
+
+
+def test_the_chain_stops_at_a_second_reader_or_a_tensor_operand():
+    rng = np.random.default_rng(5)
+    w = Constant(rng.standard_normal((116, 32, 1, 1)).astype("float32"))
+    g = Constant(rng.standard_normal((116, 1, 3, 3)).astype("float32"))
+    scale = Constant(rng.standard_normal((116, 1, 1)).astype("float32"))   # a 3-D per-channel one
+
+    def body(emit, x, r):
+        y = emit("multiply", emit("conv2d", x, w), scale)
+        z = emit("relu", emit("add", y, r))          # r: a tensor, not a constant
+        dw = emit("conv2d", z, g, padding=(1, 1, 1, 1), groups=116)
+        return kiln.ops.call("add", dw, y)           # y read twice: the chain ends before
+    mod = graph_module([typed("x", (1, 32, 14, 14)), typed("r", (1, 116, 14, 14))], body)
+    got = _bindings(pad_conv_channels(PassContext(target=AVX512))(mod))
+    assert got[:3] == [("conv2d", (1, 128, 14, 14)), ("multiply", (1, 128, 14, 14)),
+                       ("strided_slice", (1, 116, 14, 14))], got
+    assert_default_pipeline_matches(mod)
 
 
 def test_what_is_left_alone():
@@ -63,9 +87,14 @@ def test_a_conv_feeding_a_grouped_conv_is_padded():
             return kiln.ops.call("conv2d", y, g, padding=(1, 1, 1, 1), groups=groups)
         mod = graph_module([typed("x", (1, 32, 14, 14))], body)
         got = _bindings(pad_conv_channels(PassContext(target=AVX512))(mod))
-        assert got[:2] == [("conv2d", (1, 112 if o == 104 else 128, 14, 14)),
+        padded = 112 if o == 104 else 128
+        assert got[:3] == [("conv2d", (1, padded, 14, 14)), ("relu", (1, padded, 14, 14)),
                            ("strided_slice", (1, o, 14, 14))], got
         assert_default_pipeline_matches(mod)
+        # Compiled, the slice of the padded channels is a view (executable/views.py): the
+        # kernels are the conv with its relu and the grouped conv.
+        ex = kiln.compile(kiln.get_pipeline("default", PassContext(target=AVX512))(mod), AVX512)
+        assert len(ex.spec.kernels) == 2, ex.spec.kernels
 
 
 def test_the_padded_conv_is_blocked_in_whole_vectors():
