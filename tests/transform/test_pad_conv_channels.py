@@ -107,3 +107,27 @@ def test_the_padded_conv_is_blocked_in_whole_vectors():
 @pytest.mark.parametrize("c,o,hw,k", [(64, 255, 13, 1), (32, 255, 9, 3), (48, 1000, 7, 1)])
 def test_compiled_equals_the_reference(c, o, hw, k):
     assert_default_pipeline_matches(_head(c, o, hw, k, seed=o + k))
+
+
+def _conv_into_concat(o, seed=6):
+    """relu(conv(x)) concatenated with another input of ``o`` channels, then a conv."""
+    rng = np.random.default_rng(seed)
+    w = Constant((rng.standard_normal((o, 32, 1, 1)) / np.sqrt(32)).astype("float32"))
+    w2 = Constant((rng.standard_normal((16, 2 * o, 1, 1)) / np.sqrt(2 * o)).astype("float32"))
+
+    def body(emit, x, other):
+        y = emit("relu", emit("conv2d", x, w))
+        return kiln.ops.call("conv2d", emit("concat", other, y, axis=1), w2)
+    return graph_module([typed("x", (1, 32, 14, 14)), typed("other", (1, o, 14, 14))], body)
+
+
+def test_a_conv_feeding_a_concat_left_nchw_is_padded():
+    """ShuffleNetV2's branches end in a 116-channel conv concatenated with 116 channels: the
+    layout pass leaves that concat NCHW (8 does not divide 116), so the conv pads to 128. A
+    concat of 72-channel parts is blocked (in 8-channel blocks): the conv before it is not."""
+    got = _bindings(pad_conv_channels(PassContext(target=AVX512))(_conv_into_concat(116)))
+    assert got[:3] == [("conv2d", (1, 128, 14, 14)), ("relu", (1, 128, 14, 14)),
+                       ("strided_slice", (1, 116, 14, 14))], got
+    assert_default_pipeline_matches(_conv_into_concat(116))
+    mod = _conv_into_concat(72)
+    assert _bindings(pad_conv_channels(PassContext(target=AVX512))(mod)) == _bindings(mod)

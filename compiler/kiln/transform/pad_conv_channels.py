@@ -25,7 +25,9 @@ RegNetY-400MF 2-3% at two.)
 Only where that costs at most an eighth more channels, for a conv2d with a constant weight,
 groups 1 and static float32 shapes whose result flows into no conv or pool that the layout
 pass keeps channel-blocked (the slice would cut a blocked chain from conv to conv); a grouped
-conv, or one over a channel count 8 does not divide, reads NCHW anyway. RegNetY-400MF (104 and
+conv, or one over a channel count 8 does not divide, reads NCHW anyway, and so does a concat
+with a part that 8 does not divide (ShuffleNetV2's branches: 12% faster at one thread, 9% at
+two, once the last conv of each branch is padded too). RegNetY-400MF (104 and
 440 channels before its grouped convs) 3% faster at one thread, ShuffleNetV2 (116 before
 depthwise convs) 4%.
 ``PassContext(conv_blocking=False)`` leaves every conv unblocked, and this pass then does
@@ -40,6 +42,7 @@ import numpy as np
 from .. import ops
 from ..ir import IRModule
 from ..ir.graph import Binding, Call, Constant, GraphVar, TensorType
+from ..ops.common import normalize_axes
 from . import conv_blocked
 from .graph_util import graph_functions, rewrite_function, use_counts
 from .infra import Pass, PassContext, context
@@ -190,6 +193,21 @@ def _unblocked_conv(call: Call) -> bool:
     return (groups != 1 and groups != channels) or call.ty.static_shape()[1] % 8 != 0
 
 
+def _unblocked_concat(call: Call) -> bool:
+    """A concat that the layout pass leaves NCHW: not along the channels of 4-D values, or with
+    a part whose channels 8 does not divide (ShuffleNet's 116 + 116 before its channel
+    shuffle). Padding the convs before it costs nothing there: ShuffleNetV2's last 1x1 conv of
+    each branch, 116 -> 116 channels, ran in blocks of 4 output channels (4 accumulators); padded
+    to 128 it is blocked in whole vectors, and the model is 12% faster at one thread, 9% at two."""
+    if call.op != "concat":
+        return False
+    shapes = [a.ty.static_shape() if isinstance(a.ty, TensorType) else None for a in call.args]
+    if any(s is None or len(s) != 4 for s in shapes):
+        return True
+    return normalize_axes("concat", dict(call.attrs).get("axis", 0), 4) != (1,) or \
+        any(s[1] % 8 for s in shapes)
+
+
 def _feeds_blocked(var: GraphVar, readers) -> bool:
     """Whether ``var`` flows, through elementwise operators, into an operator that the layout
     pass keeps channel-blocked."""
@@ -197,7 +215,8 @@ def _feeds_blocked(var: GraphVar, readers) -> bool:
     while todo:
         v = todo.pop()
         for out, call in readers.get(v, ()):
-            if call.op in _BLOCKED_CONSUMERS and not _unblocked_conv(call):
+            if call.op in _BLOCKED_CONSUMERS and not _unblocked_conv(call) \
+                    and not _unblocked_concat(call):
                 return True
             if elementwise(call) and out not in seen:
                 seen.add(out)
