@@ -97,6 +97,9 @@ class FuncLowerer(ExprLowerer):
         self.bufs: Dict[Buffer, BufInfo] = {}
         self.vec: Optional[VecState] = None
         self.entry_vars: set = set()
+        # Loop variables of unrolled loops left to LLVM's unroll (each copy's index a constant
+        # only after it): a select on them is left for LLVM to fold, not made a branch.
+        self.llvm_unrolled: set = set()
         self.cleanups: List[ir.Value] = []   # heap buffers live at this point of the body
         self.oom: Optional[ir.Value] = None  # i1 in the prologue: some hoisted allocation failed
         self._body = body
@@ -283,7 +286,11 @@ class FuncLowerer(ExprLowerer):
             # tile's stack accumulators), or cannot: a loop with llvm.loop.unroll metadata.
             # One iteration is one copy here: its index is then a constant, as in serial_loop.
             hint = "llvm.loop.unroll.enable" if n is None else "llvm.loop.unroll.full"
-            return self.serial_loop(s, hints={hint: None})
+            self.llvm_unrolled.add(s.loop_var)
+            try:
+                return self.serial_loop(s, hints={hint: None})
+            finally:
+                self.llvm_unrolled.discard(s.loop_var)
         for k in range(n):
             # Constant loop indices: after this, accesses to small scratch buffers have constant
             # offsets and SROA can keep them in registers (matmul accumulators).

@@ -534,7 +534,8 @@ def _select(self: ExprLowerer, e: Select):
     if cg.constant_int(cond) is not None:   # a folded condition: only its arm is lowered
         return self.expr(e.true_value if cg.constant_int(cond) else e.false_value)
     if not cg.is_vector(cond) and self.vec is not None and self.vec.lanes > 1 \
-            and dt.is_float(e.dtype) and _loads(e.true_value) and _loads(e.false_value):
+            and dt.is_float(e.dtype) and _loads(e.true_value) and _loads(e.false_value) \
+            and not _uses_any(e.condition, getattr(self, "llvm_unrolled", ())):
         return _select_by_branch(self, cond, e)
     t, f = self._pair(self.expr(e.true_value), self.expr(e.false_value), e.dtype)
     if cg.is_vector(cond) and not cg.is_vector(t):
@@ -546,6 +547,17 @@ def _loads(e) -> bool:
     """Whether expression ``e`` reads a buffer."""
     found = []
     pre_order_visit(e, lambda n: found.append(n) if isinstance(n, BufferLoad) else None)
+    return bool(found)
+
+
+def _uses_any(e, variables) -> bool:
+    """Whether expression ``e`` reads one of ``variables``. (A select on the index of a loop
+    that LLVM unrolls is folded by LLVM once each copy's index is a constant; made a branch,
+    the Winograd transforms, whose matrix rows are such selects, ran 5-9% slower.)"""
+    if not variables:
+        return False
+    found = []
+    pre_order_visit(e, lambda n: found.append(n) if isinstance(n, Var) and n in variables else None)
     return bool(found)
 
 
