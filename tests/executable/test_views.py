@@ -186,3 +186,15 @@ def test_slice_offsets_need_whole_cache_lines():
     assert _slice_offset(t(1, 32, 8, 8), t(1, 16, 8, 8), 16 * 64) == [4096]
     assert _slice_offset(t(1, 2, 7, 7), t(1, 1, 7, 7), 49) is None        # byte 196
     assert _slice_offset(t(1, 32, 8, 8), t(1, 16, 8, 8), 24 * 64) is None  # past the end
+
+
+def test_the_tuner_skips_kernels_the_plan_does():
+    from kiln.tune import extract_tasks
+    model = Fire("fire")
+    model.load_state_dict(model.init_params(seed=0))
+    mod, _ = model.export(spec={"forward": {"x": nn.spec.Tensor((1, 3, 12, 12), "float32")}})
+    mod = kiln.transform.bind_params("forward", model.state_dict())(mod)
+    tasks, skipped = extract_tasks(mod, "llvm", threads=1)
+    assert [why for name, why in skipped.items() if "concat" in name] == \
+        ["never called: the memory plan does it (a concat or slice in place)"]
+    assert tasks and not any("concat" in t.name for t in tasks)

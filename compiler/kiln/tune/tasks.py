@@ -92,6 +92,7 @@ def extract_tasks(mod: IRModule, target="llvm", threads: Optional[int] = None,
     if pipeline:
         mod = unscheduled(mod, base.replace(tuning_db=layers_db))
     counts = call_counts(mod)
+    called = _called_kernels(mod, target_str)
     rctx = base.resolved()
     key = rctx.machine.key()
     tasks: Dict[str, Task] = {}
@@ -101,6 +102,9 @@ def extract_tasks(mod: IRModule, target="llvm", threads: Optional[int] = None,
             continue
         if not needs_schedule(f):
             skipped[name] = "already scheduled"
+            continue
+        if called is not None and name not in called:
+            skipped[name] = "never called: the memory plan does it (a concat or slice in place)"
             continue
         try:
             args = arg_specs(f)
@@ -115,3 +119,14 @@ def extract_tasks(mod: IRModule, target="llvm", threads: Optional[int] = None,
         tasks[w] = Task(name, f, calls, w, target_str, key, threads, base, args,
                         rules_version())
     return list(tasks.values()), skipped
+
+
+def _called_kernels(mod: IRModule, target: str) -> Optional[set]:
+    """The kernels the executable's code calls (``executable.lower``: a concat or slice that
+    the memory plan does in place calls none); None when ``mod`` has no graph function."""
+    from ..executable.lower import LowerError, lower_module
+    try:
+        spec, _ = lower_module(mod, target)
+    except LowerError:
+        return None
+    return set(spec.kernels)
