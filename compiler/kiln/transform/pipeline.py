@@ -26,6 +26,8 @@
                              a one-pixel 1x1 conv (squeeze-and-excitation) -> a linear
     convert_layout_nchwc     activations channel-blocked (NCHW[b]c) from conv to conv
                              (docs/layout.md; PassContext(nchwc_layout=False): off)
+    fold_channel_scale       a squeeze-and-excitation gate scales the next 1x1 conv's weight,
+                             not the activation (where the weight is the smaller)
     fuse_ops                 operator groups -> one tensor program each (weights of
                              linear/matmul that are constants get a pack call_tir)
     legalize                 the remaining single operators -> tensor programs
@@ -50,6 +52,7 @@ from .conv_winograd import conv_winograd
 from .fold_constant import fold_constant
 from .fuse_attention import fuse_attention
 from .flatten_matmul_rows import flatten_matmul_rows
+from .fold_channel_scale import fold_channel_scale
 from .fuse_ops import fuse_ops
 from .infra import Pass, PassContext, Sequential, context
 from .layout_nchwc import convert_layout_nchwc
@@ -72,7 +75,7 @@ def _default(ctx: PassContext) -> List[Pass]:
         *([conv_winograd(ctx)] if ctx.winograd else []),
         fuse_attention(ctx),
         flatten_matmul_rows(ctx),
-        *([convert_layout_nchwc(ctx)] if ctx.nchwc_layout else []),
+        *([convert_layout_nchwc(ctx), fold_channel_scale(ctx)] if ctx.nchwc_layout else []),
         fuse_ops(ctx),
         legalize(ctx),
         fold_constant(ctx),
