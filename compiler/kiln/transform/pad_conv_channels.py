@@ -64,14 +64,14 @@ def pad_conv_channels(ctx: Optional[PassContext] = None) -> Pass:
         for name, func in graph_functions(mod):
             readers, uses = _readers(func), use_counts(func)
             changed = []
-            channels_of: Dict[GraphVar, int] = {}    # chain op -> the padded channel count
-            twins: Dict[GraphVar, GraphVar] = {}     # a padded value for each original one
-            chain_end: Dict[GraphVar, int] = {}      # last op of a padded chain -> channels
+            in_chain: Dict[GraphVar, int] = {}       # an op after a padded conv -> padded count
+            chain_end: Dict[GraphVar, int] = {}      # the last such op -> the real count
+            twins: Dict[GraphVar, GraphVar] = {}     # the padded value of each original one
 
             def visit(b: Binding, em, _block):
-                if b.var in twins:                   # a chain op, run on the padded channels
+                if b.var in in_chain:                # run on the padded channels
                     call, channels = b.value, chain_end.get(b.var)
-                    args = [twins[a] if isinstance(a, GraphVar) else _pad_constant(a, channels_of[b.var])
+                    args = [twins[a] if isinstance(a, GraphVar) else _pad_constant(a, in_chain[b.var])
                             for a in call.args]
                     y = ops.call(call.op, *args, **dict(call.attrs))
                     twins[b.var] = em.emit(Binding(GraphVar(f"{b.var.name}_padded", y.ty), y))
@@ -95,9 +95,7 @@ def pad_conv_channels(ctx: Optional[PassContext] = None) -> Pass:
                     # (fused into the conv's kernel), and the slice comes last: a prefix of
                     # the channels, which the memory plan makes a view (executable/views.py).
                     twins[b.var] = twin
-                    for v in chain:
-                        twins[v] = None
-                        channels_of[v] = padded
+                    in_chain.update((v, padded) for v in chain)
                     chain_end[chain[-1]] = w.data.shape[0]
                 else:
                     em.emit(Binding(b.var, _slice(twin, w.data.shape[0])))
