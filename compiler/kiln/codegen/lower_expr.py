@@ -86,6 +86,9 @@ class ExprLowerer:
 
     b: ir.IRBuilder
     vec: Optional[VecState]
+    # Loop variables of unrolled loops left to LLVM (FuncLowerer sets it): selects on them stay
+    # selects, for LLVM to fold per copy (_select).
+    llvm_unrolled: frozenset = frozenset()
 
     # ---- entry points ----------------------------------------------------------------------
     def expr(self, e):
@@ -534,8 +537,9 @@ def _select(self: ExprLowerer, e: Select):
     if cg.constant_int(cond) is not None:   # a folded condition: only its arm is lowered
         return self.expr(e.true_value if cg.constant_int(cond) else e.false_value)
     if not cg.is_vector(cond) and self.vec is not None and self.vec.lanes > 1 \
-            and dt.is_float(e.dtype) and _loads(e.true_value) and _loads(e.false_value) \
-            and not _uses_any(e.condition, getattr(self, "llvm_unrolled", ())):
+            and dt.is_float(e.dtype) and _contains(e.true_value, _is_load) \
+            and _contains(e.false_value, _is_load) \
+            and not _contains(e.condition, lambda n: isinstance(n, Var) and n in self.llvm_unrolled):
         return _select_by_branch(self, cond, e)
     t, f = self._pair(self.expr(e.true_value), self.expr(e.false_value), e.dtype)
     if cg.is_vector(cond) and not cg.is_vector(t):
@@ -543,21 +547,17 @@ def _select(self: ExprLowerer, e: Select):
     return self.b.select(cond, t, f)
 
 
-def _loads(e) -> bool:
-    """Whether expression ``e`` reads a buffer."""
-    found = []
-    pre_order_visit(e, lambda n: found.append(n) if isinstance(n, BufferLoad) else None)
-    return bool(found)
+def _is_load(n) -> bool:
+    return isinstance(n, BufferLoad)
 
 
-def _uses_any(e, variables) -> bool:
-    """Whether expression ``e`` reads one of ``variables``. (A select on the index of a loop
-    that LLVM unrolls is folded by LLVM once each copy's index is a constant; made a branch,
-    the Winograd transforms, whose matrix rows are such selects, ran 5-9% slower.)"""
-    if not variables:
-        return False
+def _contains(e, pred) -> bool:
+    """Whether a node of expression ``e`` satisfies ``pred``. (Used by _select: a select on the
+    index of a loop that LLVM unrolls is folded by LLVM once each copy's index is a constant;
+    made a branch, the Winograd transforms, whose matrix rows are such selects, ran 5-9%
+    slower.)"""
     found = []
-    pre_order_visit(e, lambda n: found.append(n) if isinstance(n, Var) and n in variables else None)
+    pre_order_visit(e, lambda n: False if found else (found.append(n) if pred(n) else None))
     return bool(found)
 
 

@@ -23,12 +23,11 @@ from .. import ops
 from ..ir import IRModule
 from ..ir.graph import Binding, Call, Constant, GraphExpr, GraphVar, TensorType
 from .graph_util import graph_functions, is_op_call, rewrite_function, use_counts
-from .infra import Pass, PassContext, context
+from .infra import Pass, PassContext
 
 
 def fold_channel_scale(ctx: Optional[PassContext] = None) -> Pass:
-    """The pass (module docstring)."""
-    ctx = context(ctx)
+    """The pass (module docstring). It has no options: ``ctx`` is taken like every pass's."""
 
     def run(mod: IRModule) -> IRModule:
         out = mod
@@ -44,6 +43,7 @@ def fold_channel_scale(ctx: Optional[PassContext] = None) -> Pass:
                         scaled[y] = (x, s)
             if not scaled:
                 continue
+
             def visit(b: Binding, em, _block):
                 if b.var in scaled:
                     return          # the activation is not scaled: its one reader scales W
