@@ -14,6 +14,8 @@ hand-written schedules are left alone) is scheduled with ``kiln.Schedule``:
    - ``attention`` (softmax(q @ kt * scale + mask) @ v fused by ``fuse_attention``): per
      block of query rows, both products as register tiles and the softmax between them
      (``schedule_attention.py``);
+   - ``pack`` (a run-time matmul B packed into panels before its product): blocks of B's
+     rows outside the panels (``schedule_pack.py``);
    - ``conv nchwc`` (a conv2d computed channel-blocked, ``conv_blocked.py``): a tile of
      output pixels x a block of output channels, vectorized over the channels
      (``schedule_conv.py``);
@@ -67,10 +69,11 @@ from .schedule_cache import scheduled
 from .schedule_pool import pool_block, schedule_pool
 from .schedule_tile import analyze_contraction, schedule_contraction
 from .schedule_attention import RULES as ATTENTION_RULES
+from .schedule_pack import RULES as PACK_RULES
 from .schedule_winograd import RULES as WINOGRAD_RULES
 
 # Rules for kernels of one operator, by the kernel's anchor (``kiln.anchor``).
-ANCHOR_RULES = {**WINOGRAD_RULES, **ATTENTION_RULES}
+ANCHOR_RULES = {**WINOGRAD_RULES, **ATTENTION_RULES, **PACK_RULES}
 
 
 def default_schedule(ctx: Optional[PassContext] = None) -> Pass:
@@ -151,7 +154,7 @@ def _start(func: PrimFunc) -> Schedule:
 
 def _by_kind(func: PrimFunc, ctx: PassContext, decide: Decisions) -> Tuple[PrimFunc, str]:
     rule = ANCHOR_RULES.get(dict(func.attrs).get(ATTR_ANCHOR))
-    if rule is not None:        # a Winograd transform or attention kernel
+    if rule is not None:        # a Winograd transform, attention or pack kernel
         return rule(func, ctx, decide)
     if find_blocked_conv(func) is not None:
         return schedule_blocked_conv(func, ctx, decide)

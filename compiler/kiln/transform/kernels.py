@@ -188,7 +188,7 @@ def build_kernel(group: Sequence[Tuple[GraphVar, Call]], ctx: PassContext) -> Ke
 
 
 def _packed_placeholder(w: GraphExpr, plan: layout.PackPlan, placeholder_for, pre) -> te.Tensor:
-    """The packed weight itself (a constant packed at compile time by a pack call_tir)."""
+    """The packed weight itself, written by a pack call_tir before the kernel."""
     p_var = GraphVar("packed", TensorType(plan.packed_shape, w.ty.dtype))
     pre.append((p_var, w, plan))
     return placeholder_for(p_var)
@@ -197,17 +197,14 @@ def _packed_placeholder(w: GraphExpr, plan: layout.PackPlan, placeholder_for, pr
 def _packed_weight(w: GraphExpr, plan: layout.PackPlan, ctx: PassContext, placeholder_for,
                    pre) -> te.Tensor:
     """The te tensor the operator reads as its weight: a view of the packed weight."""
-    if isinstance(w, Constant) and ctx.prepack_weights:
-        # Packed once at compile time: a call_tir on the constant, folded by fold_constant.
-        p_var = GraphVar("packed", TensorType(plan.packed_shape, w.ty.dtype))
-        pre.append((p_var, w, plan))
-        wp = placeholder_for(p_var)
-    elif layout.packs_in_kernel(plan, ctx):
+    if (isinstance(w, Constant) or layout.packs_ahead(plan, ctx)) and ctx.prepack_weights:
+        # A call_tir on the weight before the kernel: on a constant, folded by fold_constant
+        # (packed once at compile time); on a large run-time B, run before each product.
+        return layout.unpack_view(_packed_placeholder(w, plan, placeholder_for, pre), plan)
+    if layout.packs_in_kernel(plan, ctx):
         # A weight that arrives at run time: pack one panel at a time inside the kernel.
-        wp = layout.pack_compute(placeholder_for(w), plan)
-    else:
-        return placeholder_for(w)
-    return layout.unpack_view(wp, plan)
+        return layout.unpack_view(layout.pack_compute(placeholder_for(w), plan), plan)
+    return placeholder_for(w)
 
 
 def _short(names: List[str]) -> List[str]:

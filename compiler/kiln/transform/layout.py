@@ -16,7 +16,9 @@ that the schedule inlines, so its loads become contiguous along the tile:
 
 When the weight is a Constant the pack is a separate ``call_tir`` that ``fold_constant``
 evaluates at compile time; a run-time ``linear``/``matmul`` weight is packed inside its
-kernel, one panel per column block, once enough rows reuse each panel.
+kernel, one panel per column block, once enough rows reuse each panel, or, a ``matmul`` B
+larger than half of L2, by that same pack ``call_tir`` run just before the product
+(``packs_ahead``).
 """
 from __future__ import annotations
 
@@ -187,15 +189,22 @@ WIDE_PANEL_ROWS = 4
 
 def panel_options(n: int, rows: Optional[int], ctx: PassContext) -> Tuple[List[int], int]:
     """(the panel widths a ``linear``/``matmul`` weight of ``n`` columns may be packed in,
-    the default): ``pack_lanes`` and half of it where they divide ``n`` (the default: the
-    first that does, else ``pack_lanes`` with a padded last panel); for at most
-    ``WIDE_PANEL_ROWS`` input rows also 2 and 4 times ``pack_lanes`` (a matrix-vector
-    product's tile spans several panels, each a stream of its own; one wide panel is one
-    stream). The tuner's ``panel`` decision picks among them (``tune/layers.py``)."""
+    the default): ``pack_lanes`` and half of it where they divide ``n``, and ``pack_lanes``
+    with a padded last panel where it does not (the default: the first that divides, unless
+    padding to ``pack_lanes`` adds at most an eighth); for at most ``WIDE_PANEL_ROWS`` input
+    rows also 2 and 4 times ``pack_lanes`` (a matrix-vector product's tile spans several
+    panels, each a stream of its own; one wide panel is one stream). The tuner's ``panel``
+    decision picks among them (``tune/layers.py``)."""
     lanes = ctx.pack_lanes
     fits = [p for p in (lanes, lanes // 2) if p >= 4 and n % p == 0]
     default = fits[0] if fits else lanes
-    options = fits or [lanes]
+    if n % lanes and (-n % lanes) * 8 <= n:
+        # Full panels and a padded last one when that adds at most an eighth, rather than
+        # half-width panels: 1,000 columns on AVX2 in panels of 8 got 8 x 8 tiles of one vector
+        # per row (a load per FMA); in 16s, 5 x 16 tiles: 49 x 4608 x 1000 with B constant
+        # 68 -> 85 GFLOP/s on one core (OpenBLAS 80).
+        default = lanes
+    options = fits + ([lanes] if lanes not in fits else [])
     if rows is not None and rows <= WIDE_PANEL_ROWS:
         options += [p for p in (2 * lanes, 4 * lanes) if n % p == 0]
     return options, default
@@ -293,3 +302,19 @@ def packs_in_kernel(plan: PackPlan, ctx: PassContext) -> bool:
     if plan.rows is None:   # a symbolic row count: linear's strided gathers are the worse bet
         return plan.rule.layout == "nk"
     return plan.rows >= ctx.pack_min_rows
+
+
+def packs_ahead(plan: PackPlan, ctx: PassContext) -> bool:
+    """Whether a run-time ``matmul`` B that its kernel would pack (``packs_in_kernel``) is
+    packed instead by a kernel of its own just before the product: when neither B (half of
+    L2) nor A (all of it) fits in L2. The product then reads B packed, as it reads a constant
+    weight, and takes A in row blocks that stay in L2 (``schedule_tile.row_block``), where
+    packing panel by panel inside the kernel streams all of A past each panel. The pack
+    kernel reads B a block of rows at a time (``schedule_pack``). 1024^3 compiled for AVX2 on
+    a Xeon: 61 -> 90 GFLOP/s on one core (OpenBLAS 96); on AVX-512 0.95 -> 1.01 of numpy.
+    Not when A fits: 49 x 4608 x 1000 lost more to writing and re-reading its 18 MB packed B
+    than it gained (AVX-512: 86 -> 55 GFLOP/s)."""
+    if plan.rule.layout != "kn" or plan.rows is None or not packs_in_kernel(plan, ctx):
+        return False
+    k, n = plan.shape
+    return 4 * k * n > ctx.machine.l2_bytes // 2 and 4 * plan.rows * k > ctx.machine.l2_bytes
