@@ -376,6 +376,43 @@ def test_winograd_convs_read_and_write_blocked():
     np.testing.assert_allclose(run_vm(out, args), reference(mod, args), rtol=1e-4, atol=1e-4)
 
 
+def test_a_winograd_part_of_a_concat_writes_the_concats_block():
+    """SqueezeNet's fire module on AVX2: the 1x1 expand conv writes 8-channel blocks (its
+    tile's pick), the 3x3 one goes Winograd, whose output transform could write 16. It writes
+    8, bias and relu included, so the concat needs no re-layout of it (and the memory plan
+    then has both halves written in place). A Winograd output that a conv before the concat
+    reads keeps its own block."""
+    from kiln.transform.conv_winograd import conv_winograd
+    choose = lambda call, plan: 4 if call.args[1].ty.static_shape()[2] == 3 else None  # noqa: E731
+    n = Net((1, 64, 55, 55))
+    s = n.conv(n.x, 16)
+    h = n.op("concat", n.conv(s, 64), n.conv(s, 64, k=3), axis=1)
+    mod = n.module(n.conv(h, 16, act=None))
+    blocked = convert_layout_nchwc(AVX2_CTX)(conv_winograd(AVX2_CTX, choose=choose)(mod))
+    calls = [b.value for b in blocked["main"].bindings() if hasattr(b.value, "op")]
+    (cat,) = [c for c in calls if c.op == "concat"]
+    (wo,) = [c for c in calls if c.op == "winograd_output"]
+    assert dict(wo.attrs)["layout"] == "NCHW8c"
+    assert [a.ty.static_shape()[-1] for a in cat.args] == [8, 8]
+    assert not any(c.op == "layout_transform" and len(c.ty.static_shape()) == 5 for c in calls)
+    pipe = kiln.transform.Sequential([conv_winograd(AVX2_CTX, choose=choose)] + [
+        p for p in kiln.get_pipeline("default", AVX2_CTX) if p.name != "conv_winograd"],
+        ctx=AVX2_CTX)
+    args = [_rand((1, 64, 55, 55))]
+    np.testing.assert_allclose(run_vm(pipe(mod), args), reference(mod, args), rtol=1e-4, atol=1e-4)
+
+    n = Net((1, 64, 55, 55))
+    s = n.conv(n.x, 16)
+    w = n.conv(s, 64, k=3)
+    y = n.conv(w, 64, act=None)              # reads the Winograd output before the concat
+    h = n.op("concat", n.conv(s, 64), w, axis=1)
+    mod = n.module(n.op("add", n.conv(h, 64, act=None), y))
+    calls = [b.value for b in convert_layout_nchwc(AVX2_CTX)(
+        conv_winograd(AVX2_CTX, choose=choose)(mod))["main"].bindings() if hasattr(b.value, "op")]
+    (wo,) = [c for c in calls if c.op == "winograd_output"]
+    assert dict(wo.attrs)["layout"] == "NCHW16c"
+
+
 @pytest.mark.parametrize("target,vector,not_vector", [
     ("llvm -mcpu=haswell", r"vfmadd\w+\s+.*%ymm", "zmm"),
     ("llvm -mcpu=skylake-avx512", r"vfmadd\w+\s+.*%zmm", None),
