@@ -145,6 +145,25 @@ def test_a_single_conv_is_left_alone():
     assert convert_layout_nchwc(AVX2_CTX)(mod) is mod
 
 
+@pytest.mark.parametrize("target", [AVX2, HOST])
+def test_a_depthwise_conv_of_an_nchw_value_runs_blocked_alone(target):
+    """ConvNeXt's first stage: a 7x7 depthwise conv reads an NCHW value (a layer norm done in
+    NHWC, permuted back) and feeds a permute. It runs blocked all the same, its input re-laid
+    out in front of it and its result behind it (in NCHW its tile is one vector of one row).
+    A channel count no block divides stays NCHW. Results equal the graph interpreter's."""
+    n = Net((1, 96, 20, 20))
+    h = n.dw(n.op("relu", n.x), k=7, act=None)
+    mod = n.module(n.op("permute_dims", h, axes=(0, 2, 3, 1)))
+    out = convert_layout_nchwc(PassContext(target=target))(mod)
+    assert "depthwise_conv2d_nchwc" in _ops(out)
+    assert _changes(out) == (1, 1)
+    _check(mod, target=target)
+
+    n = Net((1, 12, 20, 20))
+    mod = n.module(n.op("permute_dims", n.dw(n.x, k=7, act=None), axes=(0, 2, 3, 1)))
+    assert convert_layout_nchwc(AVX2_CTX)(mod) is mod
+
+
 def test_turned_off_by_the_context():
     off = PassContext(nchwc_layout=False)
     assert "convert_layout_nchwc" not in kiln.get_pipeline("default", off).names()
