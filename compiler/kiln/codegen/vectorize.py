@@ -18,6 +18,8 @@ note is recorded on the compiled module.
 """
 from __future__ import annotations
 
+import math
+
 from typing import Optional
 
 from ..ir import dtype as dt
@@ -124,10 +126,12 @@ def lower_vectorized(fl, loop: For) -> None:
     ext = fl.scalar_index(loop.extent)
     n = cg.constant_int(ext)
 
-    def chunk(start, width, mask=None):
+    lo_const = cg.constant_int(lo)
+
+    def chunk(start, width, mask=None, align=1):
         saved = fl.vec
         fl.vec = VecState(width, mask) if width > 1 else None
-        fl.vars[loop.loop_var] = Affine(start, 1) if width > 1 else start
+        fl.vars[loop.loop_var] = Affine(start, 1, align) if width > 1 else start
         fl.stmt(loop.body)
         fl.vec = saved
         fl.vars.pop(loop.loop_var, None)
@@ -145,18 +149,26 @@ def lower_vectorized(fl, loop: For) -> None:
                 chunk(at(c * width), width)
         else:
             with cg.for_range(b, cg.I64(0), cg.I64(full), name=loop.loop_var.name + ".vec") as c:
-                chunk(at(b.mul(c, cg.I64(width), flags=("nsw",))), width)
+                chunk(at(b.mul(c, cg.I64(width), flags=("nsw",))), width,
+                      align=_start_align(lo_const, width))
         if rem:
             chunk(at(full * width), rem)
         return
     full = b.sdiv(ext, cg.I64(lanes))
     with cg.for_range(b, cg.I64(0), full, name=loop.loop_var.name + ".vec") as c:
-        chunk(at(b.mul(c, cg.I64(lanes), flags=("nsw",))), lanes)
+        chunk(at(b.mul(c, cg.I64(lanes), flags=("nsw",))), lanes,
+              align=_start_align(lo_const, lanes))
     done = b.mul(full, cg.I64(lanes), flags=("nsw",))
     rem = b.sub(ext, done)
     with b.if_then(b.icmp_signed(">", rem, cg.I64(0))):
         mask = b.icmp_signed("<", cg.iota(cg.I64, lanes), cg.broadcast(b, rem, lanes))
-        chunk(at(done), lanes, mask)
+        chunk(at(done), lanes, mask, align=_start_align(lo_const, lanes))
+
+
+def _start_align(lo: Optional[int], width: int) -> int:
+    """What a chunk's first index (the loop's start ``lo`` plus a multiple of ``width``) is
+    known to be a multiple of: ``gcd(lo, width)`` (``width`` from 0), 1 for a symbolic start."""
+    return 1 if lo is None else math.gcd(lo, width)
 
 
 def masked_region(fl, cond, body) -> None:
