@@ -2,27 +2,17 @@
 after each block's sleep, warm-up calls run for ``warm_s`` and are not timed."""
 from __future__ import annotations
 
-import importlib.util
-import pathlib
-import sys
 import time
 
 import pytest
 
-pytest.importorskip("onnx")
+from bench_scripts import load
 
-BENCH = pathlib.Path(__file__).resolve().parents[1] / "bench"
+pytest.importorskip("onnx")
 
 
 def _alternate():
-    sys.path.insert(0, str(BENCH))
-    try:
-        spec = importlib.util.spec_from_file_location("onnx_models_bench", BENCH / "onnx_models.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(BENCH))
-    return module.alternate
+    return load("onnx_models").alternate
 
 
 def _busy(seconds: float) -> None:

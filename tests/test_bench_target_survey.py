@@ -3,22 +3,17 @@ the two targets' totals and a kernel table on the small MLP, and a call naming n
 model nor an ONNX file refused."""
 from __future__ import annotations
 
-import importlib.util
-import pathlib
 import re
 
 import pytest
 
-pytest.importorskip("onnx")
+from bench_scripts import load
 
-SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "bench" / "target_survey.py"
+pytest.importorskip("onnx")
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("target_survey", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load("target_survey")
 
 
 def test_survey_of_the_mlp_lists_its_kernels_for_both_targets(capsys):

@@ -3,22 +3,17 @@ from it): its profile table, its A/B lines and its 1 vs 2 thread line on the sma
 unknown model refused by name."""
 from __future__ import annotations
 
-import importlib.util
-import pathlib
 import re
 
 import pytest
 
-pytest.importorskip("onnx")
+from bench_scripts import load
 
-SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "bench" / "thread_scaling.py"
+pytest.importorskip("onnx")
 
 
 def _script():
-    spec = importlib.util.spec_from_file_location("thread_scaling", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load("thread_scaling")
 
 
 def test_profile_and_threshold_on_the_mlp(capsys):
