@@ -55,14 +55,18 @@ def _inputs(model: onnx.ModelProto) -> list:
 def kernel_times(path: str, target: str, calls: int) -> tuple:
     """({kernel: median us per inference}, {kernel: calls per inference}, {kernel: schedule})
     of the ONNX model at ``path`` compiled for ``target``, at one thread."""
-    mod, params = from_onnx(onnx.load(path))
+    model = onnx.load(path)
+    mod, params = from_onnx(model)
     if params:
         mod = kiln.transform.bind_params("main", params)(mod)
     mod = kiln.get_pipeline("default", target=target)(mod)
-    schedules = {str(gv).lstrip("@"): dict(f.attrs).get("kiln.schedule", "")
-                 for gv, f in mod.functions.items() if "kiln.schedule" in dict(getattr(f, "attrs", ()) or ())}
+    schedules = {}
+    for gv, f in mod.functions.items():
+        attrs = dict(getattr(f, "attrs", ()) or ())
+        if "kiln.schedule" in attrs:
+            schedules[str(gv).lstrip("@")] = attrs["kiln.schedule"]
     vm = kiln.VirtualMachine(kiln.compile(mod, target=target), kiln.cpu())
-    args = [kiln.nd.array(a) for a in _inputs(onnx.load(path))]
+    args = [kiln.nd.array(a) for a in _inputs(model)]
     kiln.set_num_threads(1)
     try:
         for _ in range(3):

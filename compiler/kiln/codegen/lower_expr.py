@@ -423,7 +423,8 @@ def _floor_divmod(is_mod: bool):
             # Every lane in [base // c * c, that + c): the quotient is base's (uniform), the
             # remainder base's plus s*k. A permute's index (i1 // 16, i1 % 16 over 8 or 16
             # lanes of a chunk starting at a multiple of 16) loads a vector instead of a gather
-            # (AVX-512) or a lane at a time (AVX2): ConvNeXt's NCHW16c -> rows copy 91 -> 30 us.
+            # (AVX-512) or a lane at a time (AVX2): ConvNeXt's NCHW16c -> rows copy 32 -> 14 us on
+            # AVX-512, 91 -> 16 us on AVX2.
             q = _int_floordiv(self, a.base, ir.Constant(a.base.type, c), True, is_mod)
             return Affine(q, a.stride, math.gcd(a.align, c)) if is_mod else q
         a, b = self._pair(a, b, e.dtype)

@@ -17,8 +17,8 @@ that the schedule inlines, so its loads become contiguous along the tile:
 When the weight is a Constant the pack is a separate ``call_tir`` that ``fold_constant``
 evaluates at compile time; a run-time ``linear``/``matmul`` weight is packed inside its
 kernel, one panel per column block, once enough rows reuse each panel, or, a ``matmul`` B
-larger than half of L2, by that same pack ``call_tir`` run just before the product
-(``packs_ahead``).
+larger than half of L2 whose A does not fit in L2, by that same pack ``call_tir`` run just
+before the product (``packs_ahead``).
 """
 from __future__ import annotations
 

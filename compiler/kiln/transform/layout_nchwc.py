@@ -269,8 +269,9 @@ def _depthwise_entry(var: GraphVar, call: Call, ctx: PassContext) -> Optional[_N
     it and its result behind it (a region of its own; ``_regions`` keeps it): in NCHW it is a
     contraction with nothing to unroll but the width, a one-vector tile with one accumulator.
     ConvNeXt-T's 7x7 96-channel convs at 56 x 56: 0.66 ms each in NCHW, 0.25 ms blocked plus
-    0.10 ms of re-layout in front (the one behind is fused into the permute after it). Only at stride 1 and from ``ENTRY_MACS`` multiply-adds: a small one (a
-    3x3 at stride 2 on 9 x 9) runs faster in NCHW than its re-layouts take."""
+    0.10 ms of re-layout in front (the one behind is fused into the permute after it). Only
+    at stride 1 and from ``ENTRY_MACS`` multiply-adds: a small one (a 3x3 at stride 2 on
+    9 x 9) runs faster in NCHW than its re-layouts take."""
     _, c, h, w = call.ty.static_shape()
     kh, kw = call.args[1].ty.static_shape()[2:]
     if _pair(dict(call.attrs).get("strides", 1), 1) != (1, 1) or h * w * c * kh * kw < ENTRY_MACS:

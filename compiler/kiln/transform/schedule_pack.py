@@ -24,7 +24,7 @@ from ..ir import IRModule, PrimFunc
 from ..schedule import Schedule
 from ..schedule.decisions import Decisions
 from .infra import PassContext
-from .schedule_rules import static_extent
+from .schedule_rules import find, static_extent
 
 ANCHOR = "layout_pack"
 BLOCK = "pack_weight"
@@ -53,7 +53,7 @@ def schedule_pack(func: PrimFunc, ctx: PassContext, decide: Decisions) -> Tuple[
     if len(loops) != 3:
         raise ValueError(f"{ANCHOR}: a 2-D weight's pack has 3 loops, this one {len(loops)}")
     o, k, i = loops
-    panels, k_ext, lanes = (static_extent(sch._loop(x)[0]) for x in loops)
+    panels, k_ext, lanes = (static_extent(f) for f in find(sch.func, BLOCK).loops)
     rows = decide.choose("rows", [0] + row_options(k_ext), default=block_rows(k_ext))
     parts = []
     if rows:
