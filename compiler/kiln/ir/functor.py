@@ -190,7 +190,13 @@ def transform(node: Node, post: Callable[[Node], Optional[Node]],
                 n = _replace(n, changes)
         r = post(n)
         return n if r is None else r
-    return rec(node)
+    try:
+        return rec(node)
+    finally:
+        # ``rec`` reaches itself through its closure cell: a reference cycle that would keep
+        # ``post`` and ``pre``, and what they hold (a pass's map to the weights it replaces),
+        # alive until the garbage collector runs. Emptying the cell breaks it.
+        rec = None  # noqa: F841
 
 
 def _replace(n: Node, changes: dict) -> Node:

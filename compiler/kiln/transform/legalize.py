@@ -56,36 +56,43 @@ def legalize(ctx: Optional[PassContext] = None) -> Pass:
 
 def _legalize_binding(table: KernelTable, ctx: PassContext):
     def visit(b: Binding, em, _block) -> None:
-        hoisted: List[GraphVar] = []
-
-        def lower(e, top: bool):
-            if isinstance(e, Call):
-                args = tuple(lower(a, False) for a in e.args)
-                if any(x is not y for x, y in zip(args, e.args)):
-                    e = Call(e.op, args, e.attrs, e.ty)
-                if not is_op_call(e):
-                    return e
-                var = b.var if top else GraphVar(f"{b.var.name}_{len(hoisted)}", e.ty)
-                packs, call = table.call(build_kernel([(var, e)], ctx))
-                for v, c in packs:
-                    em.emit(Binding(v, c))
-                if top:
-                    return call
-                # A call nested in another value gets its own binding (the executable runs
-                # bindings in A-normal form).
-                hoisted.append(var)
-                em.emit(Binding(var, call))
-                return var
-            if isinstance(e, Tuple):
-                fields = tuple(lower(f, False) for f in e.fields)
-                return e if all(x is y for x, y in zip(fields, e.fields)) else Tuple(fields)
-            if isinstance(e, TupleGetItem):
-                inner = lower(e.tuple_value, False)
-                return e if inner is e.tuple_value else TupleGetItem(inner, e.index)
-            return e
-        value = lower(b.value, True)
+        value = _lower(b.value, True, b, em, [], table, ctx)
         em.emit(b if value is b.value else Binding(b.var, value))
     return visit
+
+
+def _lower(e, top: bool, b: Binding, em, hoisted: List[GraphVar], table: KernelTable,
+           ctx: PassContext):
+    """``e`` (the value of binding ``b``, or a part of it) with its operator calls replaced by
+    ``call_tir``s of kernels from ``table``; a nested call is bound first (``hoisted``).
+
+    A module-level function rather than a closure that calls itself: such a closure is a
+    reference cycle (function -> cell -> function) holding the table, and so the whole module
+    before the pass, weights included, until the garbage collector runs."""
+    if isinstance(e, Call):
+        args = tuple(_lower(a, False, b, em, hoisted, table, ctx) for a in e.args)
+        if any(x is not y for x, y in zip(args, e.args)):
+            e = Call(e.op, args, e.attrs, e.ty)
+        if not is_op_call(e):
+            return e
+        var = b.var if top else GraphVar(f"{b.var.name}_{len(hoisted)}", e.ty)
+        packs, call = table.call(build_kernel([(var, e)], ctx))
+        for v, c in packs:
+            em.emit(Binding(v, c))
+        if top:
+            return call
+        # A call nested in another value gets its own binding (the executable runs
+        # bindings in A-normal form).
+        hoisted.append(var)
+        em.emit(Binding(var, call))
+        return var
+    if isinstance(e, Tuple):
+        fields = tuple(_lower(f, False, b, em, hoisted, table, ctx) for f in e.fields)
+        return e if all(x is y for x, y in zip(fields, e.fields)) else Tuple(fields)
+    if isinstance(e, TupleGetItem):
+        inner = _lower(e.tuple_value, False, b, em, hoisted, table, ctx)
+        return e if inner is e.tuple_value else TupleGetItem(inner, e.index)
+    return e
 
 
 def _bind_result(func: Function) -> Function:
