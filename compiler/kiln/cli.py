@@ -224,18 +224,22 @@ def _import_torch_program(args, step):
 
 def _import_onnx(args, step):
     import kiln
-    import onnx
     from .frontend.onnx.common import ONNXImportError
+    from .frontend.onnx.external_data import load_model
     with step(f"loading {args.model}"):
         try:
-            model = onnx.load(args.model)
+            # Weights in external files are memory-mapped, not read (external_data.py).
+            model, mapped = load_model(args.model)
+        except ONNXImportError as e:
+            raise CLIError(f"{args.model}: {e}") from None
         except Exception as e:  # protobuf's DecodeError and friends
             raise CLIError(f"{args.model}: not a readable ONNX model: {e}") from None
     shapes = dict(args.shape or [])
     with step("importing"):
         try:
             mod, params = kiln.frontend.from_onnx(model, shape_dict=shapes or None,
-                                                  const_inputs=dict(args.const_input or []) or None)
+                                                  const_inputs=dict(args.const_input or []) or None,
+                                                  mapped_initializers=mapped)
         except ONNXImportError as e:
             raise CLIError(f"{args.model}: {e}") from None
     with step(f"binding {len(params)} weights"):

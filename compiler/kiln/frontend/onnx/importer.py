@@ -14,6 +14,7 @@ from ...ops.registry import OpError
 from . import sequence
 from . import narrow_float
 from .common import Ctx, ONNXImportError, Unsupported, kiln_dtype, lookup, supported_ops
+from .external_data import load_model
 
 MIN_OPSET = 11
 _log = logging.getLogger("kiln.frontend.onnx")
@@ -42,7 +43,8 @@ def _attrs(node) -> dict:
 
 
 def from_onnx(model, shape_dict: Optional[Dict[str, tuple]] = None, name: str = "main",
-              const_inputs: Optional[Dict[str, object]] = None, bounds: Optional[Dict[str, int]] = None):
+              const_inputs: Optional[Dict[str, object]] = None, bounds: Optional[Dict[str, int]] = None,
+              mapped_initializers: Optional[Dict[str, np.ndarray]] = None):
     """Import an ONNX model (a ``ModelProto`` or a path) as an IRModule with the graph
     function ``name`` and return ``(mod, params)``, params mapping initializer names to numpy
     arrays (bind them with ``kiln.transform.bind_params(name, params)``).
@@ -58,15 +60,19 @@ def from_onnx(model, shape_dict: Optional[Dict[str, tuple]] = None, name: str = 
     (``kiln.ir.derived_dims.with_bounds``). Errors are ``ONNXImportError`` naming the node (name,
     op type, opset) and what is unsupported.
 
+    Given a path, initializers stored in external files (a model over 2 GB keeps its weights
+    so) are memory-mapped rather than read (``external_data.load_model``);
+    ``mapped_initializers`` passes such arrays, by name, with a model loaded that way.
+
     >>> mod, params = from_onnx("silero_vad.onnx", shape_dict={"input": (1, 512)},
     ...                         const_inputs={"sr": np.array(16000)})   # doctest: +SKIP
     >>> mod, params = from_onnx("model.onnx", bounds={"batch": 64})    # doctest: +SKIP
     """
-    import onnx
+    mapped = dict(mapped_initializers or {})
     if isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
         try:
-            model = onnx.load(model)
-        except OSError:  # a missing or unreadable file: the OS's words say it best
+            model, mapped = load_model(model)
+        except (OSError, ONNXImportError):  # a missing or unreadable file: the OS's words say it best
             raise
         except Exception as e:  # protobuf's DecodeError and kin: bytes that are not an ONNX model
             where = f"{len(model)} bytes" if isinstance(model, bytes) else repr(str(model))
@@ -82,6 +88,9 @@ def from_onnx(model, shape_dict: Optional[Dict[str, tuple]] = None, name: str = 
         # governs nothing here but the converters' shared helpers, which take the oldest one
         opset = MIN_OPSET
     elif opset < MIN_OPSET:
+        for t in model.graph.initializer:     # the converter needs the data in the model
+            if t.name in mapped:
+                t.raw_data = mapped.pop(t.name).tobytes()
         model, opset = _upgrade(model, opset), MIN_OPSET
     graph = model.graph
     inits = {t.name: t for t in graph.initializer}
@@ -134,7 +143,7 @@ def from_onnx(model, shape_dict: Optional[Dict[str, tuple]] = None, name: str = 
     init_vars = {}
     for nm, t in inits.items():
         try:
-            arr = _to_numpy(t)
+            arr = mapped[nm] if nm in mapped else _to_numpy(t)
         except Unsupported as e:
             raise ONNXImportError(str(e)) from None
         except (ValueError, TypeError) as e:  # e.g. dims that do not match the data (numpy's words)
