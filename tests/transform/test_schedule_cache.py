@@ -56,6 +56,24 @@ def test_another_context_is_another_record(kernel, tmp_path):
     assert elsewhere.rsplit("/", 1)[1] == sc.record_path(kernel, a).rsplit("/", 1)[1]
 
 
+def test_a_machine_with_other_caches_or_cores_is_another_record(kernel, tmp_path, monkeypatch):
+    """Two hosts of one ISA (Zen 4 and a Xeon, both AVX-512: one ``Machine.key()``) differ in
+    their caches, and the rules' choices follow the caches: one's schedules must not serve the
+    other from a shared cache directory."""
+    import dataclasses
+    from kiln.codegen import machine as machine_mod
+    a = _ctx(tmp_path)
+    host = a.machine
+    paths = {sc.record_path(kernel, a)}
+    for change in ({"l2_bytes": host.l2_bytes // 2}, {"l1_bytes": host.l1_bytes * 2},
+                   {"cores": host.cores + 1}):
+        other = dataclasses.replace(host, **change)
+        assert other.key() == host.key()
+        monkeypatch.setattr(machine_mod, "_machine", lambda t, other=other: other)
+        paths.add(sc.record_path(kernel, _ctx(tmp_path)))
+    assert len(paths) == 4
+
+
 def test_a_tuning_database_is_not_cached(kernel, tmp_path):
     ctx = _ctx(tmp_path, tuning_db=str(tmp_path / "db.jsonl"))
     assert sc.record_path(kernel, ctx) is None

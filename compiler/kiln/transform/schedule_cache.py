@@ -28,8 +28,12 @@ _NOT_SCHEDULING = ("cache_dir",)
 
 def context_key(ctx: PassContext) -> str:
     """The options a schedule depends on, as text: every field of the (resolved) context but
-    ``cache_dir``, the target by its string and its machine by ``Machine.key()``."""
-    parts = [f"machine={ctx.machine.key()}"]
+    ``cache_dir``, the target by its string and its machine by every field of it. All of
+    them: ``Machine.key()`` leaves out the caches and cores, on which the rules' choices
+    (K chunks, row blocks, loop orders, splits) depend, so a cache shared between two AVX-512
+    hosts (Zen 4 with 1 MiB of L2, a Xeon with 2 MiB) would have served one's schedules to the
+    other."""
+    parts = [f"machine={ctx.machine!r}"]
     for f in dataclasses.fields(ctx):
         if f.name in _NOT_SCHEDULING:
             continue
