@@ -98,6 +98,26 @@ def test_default_pipeline_tiles_follow_the_target(target, tile):
     assert attr(out[name], "kiln.scheduled_for") == machine_of(target).key()
 
 
+@pytest.mark.parametrize("target,k,ku", [
+    (AVX2, 128, 4), (AVX512, 128, 2), (AARCH64, 128, 2),   # 12-FMA steps: 4 a trip; 24: 2
+    (AVX2, 102, 2), (AVX2, 37, 1),                          # K steps must divide K
+])
+def test_k_steps_per_trip_follow_the_tile(target, k, ku):
+    """A trip of the tile's K loop runs steps of the tile up to 48 vector multiply-adds
+    (``schedule_tile.k_unroll``), and K steps that divide K."""
+    out = kiln.get_pipeline("default", target=target)(_matmul_model(64, k, 256))
+    (name,) = kernels(out)
+    assert f"ku={ku}" in attr(out[name], "kiln.decisions").split()
+    text = str(out[name])
+    assert (f"in T.unroll({ku}):" in text) == (ku > 1)
+    if target != AARCH64:
+        ex = kiln.compile(out, target=target)
+        x = np.random.default_rng(4).standard_normal((64, k)).astype("float32")
+        got = kiln.VirtualMachine(ex, kiln.cpu())["main"](x)
+        np.testing.assert_allclose(np.asarray(got), reference(_matmul_model(64, k, 256), [x]),
+                                   rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("n,tile", [(1000, "tile 5x64"), (200, "tile 5x50")])
 def test_run_time_weight_without_a_vector_multiple_divisor(n, tile):
     """B given at run time, its column count divisible by no multiple of 16: 1,000 columns
