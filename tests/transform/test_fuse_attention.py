@@ -160,18 +160,21 @@ def test_default_pipeline_runs_attention_as_one_kernel(b, m, d, n, dv, target):
     np.testing.assert_allclose(run_vm(out, args, target=target), _want(args), rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("target,nr,rows,vector", [
-    (AVX2, 32, 2, r"vfmadd\w+\s+.*%ymm"),      # 4 vectors x 2 rows within 12 accumulators
-    (AVX512, 64, 4, r"vfmadd\w+\s+.*%zmm"),    # 4 vectors x 4 rows within 24
-    (AARCH64, 16, 4, r"fmla\s+v\d+\.4s"),
+@pytest.mark.parametrize("target,nr,rows,ku,vector", [
+    (AVX2, 32, 2, 4, r"vfmadd\w+\s+.*%ymm"),   # 4 vectors x 2 rows within 12 accumulators
+    (AVX512, 64, 4, 2, r"vfmadd\w+\s+.*%zmm"),  # 4 vectors x 4 rows within 24
+    (AARCH64, 16, 4, 2, r"fmla\s+v\d+\.4s"),
 ])
-def test_attention_tile_follows_the_target(target, nr, rows, vector):
+def test_attention_tile_follows_the_target(target, nr, rows, ku, vector):
     ctx = PassContext(target=target).resolved()
     assert tile_of(64, 64, 64, ctx) == (rows, nr)
     mod = _attention_graph((1, 4), 64, 64, 64, 64, mask_shape=(1, 1, 64, 64))
     out = kiln.get_pipeline("default", target=target)(mod)
     (name,) = kernels(out)
     assert f"x{nr}" in attr(out[name], "kiln.schedule")
+    # both products run K steps a trip up to 48 vector FMAs (schedule_tile.k_unroll)
+    decisions = attr(out[name], "kiln.decisions").split()
+    assert f"ku_attention_score={ku}" in decisions and f"ku_attention_pv={ku}" in decisions
     asm = codegen.compile_module(lower(kiln.IRModule({name: out[name]})), target).assembly()
     assert re.search(vector, asm)
 

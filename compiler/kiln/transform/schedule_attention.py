@@ -41,7 +41,9 @@ from ..ir import IRModule, PrimFunc
 from ..schedule import Schedule
 from ..schedule.decisions import Decisions
 from .infra import PassContext
+from .layout import vectors
 from .schedule_row_reduce import vectorize_row_reductions
+from .schedule_tile import k_unroll
 from .schedule_rules import block_infos, static_extent
 
 ANCHOR = "attention"
@@ -77,20 +79,31 @@ def _extent(sch: Schedule, loop) -> int:
     return static_extent(sch._loop(loop)[0])
 
 
-def _tile_reduction(sch: Schedule, block: str, tasks, nr: int) -> None:
+def _tile_reduction(sch: Schedule, block: str, tasks, nr: int, ctx: PassContext,
+                    decide: Decisions) -> None:
     """``block`` (loops [ii,] x, red under the ``tasks`` loop; no ii loop when one row per
     task) as a register tile: x split by ``nr``, the reduction outside the unrolled rows and
-    the vectorized columns."""
+    the vectorized columns, several of its steps a trip (``schedule_tile.k_unroll``; decision
+    ``ku_<block>``) when its extent is known."""
     rv = sch.get_block(block)
     loops = sch.get_loops(rv)
     inner = loops[[lp.var for lp in loops].index(tasks.var) + 1:]
     ii = inner[0] if len(inner) == 3 else None
     x, red = inner[-2], inner[-1]
     extent = _extent(sch, x)
+    rows = _extent(sch, ii) if ii is not None else 1
     # (a symbolic x, the keys of a cache: tiles of nr, the last one guarded)
     x0, x1 = sch.split(x, [None, nr]) if extent is None or extent > nr else (None, x)
     sch.reorder(*[lp for lp in (x0, red, ii, x1) if lp is not None])
     sch.decompose_reduction(rv, red)
+    steps = _extent(sch, red)
+    if steps is not None and rows is not None:
+        options = [u for u in (1, 2, 4) if steps % u == 0]
+        ku = decide.choose(f"ku_{block}", options,
+                           default=k_unroll(rows * vectors(min(nr, extent or nr), ctx), options))
+        if ku > 1:
+            _, k1 = sch.split(red, [None, ku])
+            sch.unroll(k1)
     loops = sch.get_loops(sch.get_block(block))
     if ii is not None:
         sch.unroll(loops[-2])
@@ -158,7 +171,7 @@ def schedule_attention(func: PrimFunc, ctx: PassContext, decide: Decisions) -> T
         # (a plain copy loop: vector gathers of the keys measured no faster)
         sch.compute_at(sch.get_block(KT), tasks)
     for name in ("attention_score", "attention_pv"):
-        _tile_reduction(sch, name, at, nr)
+        _tile_reduction(sch, name, at, nr, ctx, decide)
     exp_cols = sch.get_loops(sch.get_block("attention_exp"))[-1]
     if n is None:   # vector chunks, the last guarded
         exp_cols = sch.split(exp_cols, [None, ctx.vector_lanes])[1]
