@@ -110,6 +110,24 @@ def test_each_kind_keeps_results(op, shapes, attrs, kind):
         check_same_results(legal[name], scheduled[name])
 
 
+@pytest.mark.parametrize("shapes,desc,outer", [
+    # NCHW32c: the 32-float block vectorized, the 56-pixel rows serial in each parallel step
+    ([(1, 8, 56, 56, 32), (1, 8, 56, 56, 32)], "elementwise: vectorize 32 in rows of 56, parallel", 448),
+    # a long innermost loop: every outer loop fused into the parallel one, as before
+    ([(8, 56, 256), (8, 56, 256)], "elementwise: vectorize 256, parallel", 448),
+])
+def test_short_vectors_keep_their_rows_serial(shapes, desc, outer):
+    """An elementwise kernel whose innermost loop is a few vectors long keeps the loop above it
+    serial inside the parallel loop: indices divided out once per row, not once per vector
+    (``schedule_rules.ROW_INNER_ELEMENTS``)."""
+    legal = legalize(AVX2_CTX)(_single("add", shapes))
+    scheduled = default_schedule(AVX2_CTX)(legal)
+    (name,) = kernels(legal)
+    assert attr(scheduled[name], "kiln.schedule") == desc
+    assert f"T.parallel({outer})" in str(scheduled[name])
+    check_same_results(legal[name], scheduled[name])
+
+
 def test_take_through_the_graph():
     from transform_helpers import run_vm
     x, idx = typed("x", (10, 16)), typed("i", (5,), "int32")
