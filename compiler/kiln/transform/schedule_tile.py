@@ -448,8 +448,10 @@ def schedule_contraction(sch: Schedule, c: Contraction, ctx: PassContext, kind: 
 
     ku = 1
     k_in = kc or extents[c.reduce[0]]
-    if not strip and u1 is not None and v1 is not None and isinstance(k_in, int):
-        # K steps unrolled (``TRIP_FMAS``): one trip of the loop runs ku steps of the tile.
+    if not strip and len(reduce) == 1 and u1 is not None and v1 is not None \
+            and isinstance(k_in, int):
+        # K steps unrolled (``k_unroll``): one trip of the loop runs ku steps of the tile. (Not
+        # a conv's several reduction loops: a step of the outer one is a whole loop nest.)
         step = (mr if cols == 1 else cols) * vectors(nr, ctx)
         options = [u for u in (1, 2, 4) if k_in % u == 0]
         ku = decide.choose("ku", options, default=k_unroll(step, options))
