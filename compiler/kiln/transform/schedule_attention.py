@@ -43,7 +43,7 @@ from ..schedule.decisions import Decisions
 from .infra import PassContext
 from .layout import vectors
 from .schedule_row_reduce import vectorize_row_reductions
-from .schedule_tile import k_unroll
+from .schedule_tile import k_unroll, k_unroll_options
 from .schedule_rules import block_infos, static_extent
 
 ANCHOR = "attention"
@@ -98,7 +98,7 @@ def _tile_reduction(sch: Schedule, block: str, tasks, nr: int, ctx: PassContext,
     sch.decompose_reduction(rv, red)
     steps = _extent(sch, red)
     if steps is not None and rows is not None:
-        options = [u for u in (1, 2, 4) if steps % u == 0]
+        options = k_unroll_options(steps)
         ku = decide.choose(f"ku_{block}", options,
                            default=k_unroll(rows * vectors(min(nr, extent or nr), ctx), options))
         if ku > 1:

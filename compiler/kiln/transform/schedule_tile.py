@@ -242,9 +242,15 @@ STREAMED_B_COST = 8
 # (79), 577 x 768 x 3072 68 -> 79 (82), 64 x 1024 x 256 98 -> 114 (94). Four steps on AVX-512
 # (96 FMAs a trip) were no faster than two, and on 577 x 768 x 3072 half as fast.
 TRIP_FMAS = 48
+K_STEPS = (1, 2, 4)
 
 
-def k_unroll(step_fmas: int, options=(1, 2, 4)) -> int:
+def k_unroll_options(steps: int) -> List[int]:
+    """The K steps a trip may run (the decision ``ku``'s options): those dividing ``steps``."""
+    return [u for u in K_STEPS if steps % u == 0]
+
+
+def k_unroll(step_fmas: int, options=K_STEPS) -> int:
     """K steps a trip of the tile's loop runs (``ku``): the most of ``options`` whose
     multiply-adds stay within ``TRIP_FMAS`` (12-FMA AVX2 steps: 4; 24-FMA AVX-512 steps: 2).
 
@@ -252,6 +258,7 @@ def k_unroll(step_fmas: int, options=(1, 2, 4)) -> int:
     (4, 2, 1)
     """
     return max(u for u in options if u == 1 or u * step_fmas <= TRIP_FMAS)
+
 
 # The widest strip of B's rows a one-row product walks: its sums (4 B a column) stay in L1.
 STRIP_MOST = 4096
@@ -446,14 +453,13 @@ def schedule_contraction(sch: Schedule, c: Contraction, ctx: PassContext, kind: 
         sch.unroll(k1)
         reduce = [k0]
 
-    ku = 1
     k_in = kc or extents[c.reduce[0]]
     if not strip and len(reduce) == 1 and u1 is not None and v1 is not None \
             and isinstance(k_in, int):
         # K steps unrolled (``k_unroll``): one trip of the loop runs ku steps of the tile. (Not
         # a conv's several reduction loops: a step of the outer one is a whole loop nest.)
         step = (mr if cols == 1 else cols) * vectors(nr, ctx)
-        options = [u for u in (1, 2, 4) if k_in % u == 0]
+        options = k_unroll_options(k_in)
         ku = decide.choose("ku", options, default=k_unroll(step, options))
         if ku > 1:
             k0, k1 = sch.split(reduce[0], [None, ku])

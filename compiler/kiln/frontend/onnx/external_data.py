@@ -19,6 +19,7 @@ that lie within the file and match the tensor's shape and type.
 """
 from __future__ import annotations
 
+import functools
 import mmap
 import os
 import sys
@@ -29,6 +30,7 @@ import numpy as np
 from .common import ONNXImportError
 
 
+@functools.lru_cache(maxsize=1)
 def _numpy_types() -> Dict[int, np.dtype]:
     from onnx import TensorProto as T
     # The ONNX types whose raw bytes are exactly numpy's (little-endian) layout.

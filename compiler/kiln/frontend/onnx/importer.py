@@ -72,7 +72,9 @@ def from_onnx(model, shape_dict: Optional[Dict[str, tuple]] = None, name: str = 
     if isinstance(model, (str, bytes)) or hasattr(model, "__fspath__"):
         try:
             model, mapped = load_model(model)
-        except (OSError, ONNXImportError):  # a missing or unreadable file: the OS's words say it best
+        # a missing or unreadable file (the OS's words say it best), or external data that
+        # does not fit (external_data.py names the tensor)
+        except (OSError, ONNXImportError):
             raise
         except Exception as e:  # protobuf's DecodeError and kin: bytes that are not an ONNX model
             where = f"{len(model)} bytes" if isinstance(model, bytes) else repr(str(model))
