@@ -14,6 +14,9 @@
     dead_code_elimination    ... and drop what is left unused, so fusion sees true use counts
     conv1d_as_2d             a conv1d with a constant weight becomes a conv2d of height 1,
                              channel-blocked like one (PassContext(conv_blocking=False): off)
+    conv_live_taps           a conv computes only the taps that read its input, not its
+                             padding: dead taps dropped, a mostly-padding dilated conv split
+                             into bands of live taps (DeepLabV3's ASPP)
     pad_conv_channels        a conv whose output channels no vector width divides (1000)
                              computes them padded to whole vectors, then slices
     conv_winograd            3x3 stride-1 convs with a constant weight that the cost rule
@@ -48,6 +51,7 @@ from .dead_code_elimination import dead_code_elimination
 from .default_schedule import default_schedule
 from .eliminate_common_subexpr import eliminate_common_subexpr
 from .conv1d_as_2d import conv1d_as_2d
+from .conv_live_taps import conv_live_taps
 from .conv_winograd import conv_winograd
 from .fold_constant import fold_constant
 from .fuse_attention import fuse_attention
@@ -71,6 +75,7 @@ def _default(ctx: PassContext) -> List[Pass]:
         eliminate_common_subexpr(),
         dead_code_elimination(),
         conv1d_as_2d(ctx),
+        conv_live_taps(ctx),
         pad_conv_channels(ctx),
         *([conv_winograd(ctx)] if ctx.winograd else []),
         fuse_attention(ctx),
