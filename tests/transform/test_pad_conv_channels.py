@@ -70,8 +70,18 @@ def test_the_chain_stops_at_a_second_reader_or_a_tensor_operand():
 def test_what_is_left_alone():
     for mod, target in [(_head(64, 1000), AVX2),          # 8 lanes divide 1000
                         (_head(64, 40), AVX512),          # 48 would be a fifth more
+                        (_head(64, 3), AVX512),           # 16 would be five times as many
                         (_head(64, 1000, then_conv=True), AVX512)]:   # a blocked chain
         assert _bindings(pad_conv_channels(PassContext(target=target))(mod)) == _bindings(mod)
+
+
+@pytest.mark.parametrize("o,target,padded", [(9, AVX512, 16), (9, AVX2, 16), (20, AVX512, 32),
+                                              (12, AVX2, 16)])
+def test_a_count_8_does_not_divide_is_padded_up_to_double(o, target, padded):
+    """ESPCN's 32 -> 9 channel conv before its pixel shuffle: unblocked, or in blocks of 4,
+    without the padding."""
+    out = pad_conv_channels(PassContext(target=target))(_head(32, o, hw=20, k=3))
+    assert _bindings(out)[0] == ("conv2d", (1, padded, 20, 20))
 
 
 def test_a_conv_feeding_a_grouped_conv_is_padded():
@@ -104,7 +114,8 @@ def test_the_padded_conv_is_blocked_in_whole_vectors():
     assert tuple(int(d.value) for d in out[conv].params[1].shape)[-1] == 16
 
 
-@pytest.mark.parametrize("c,o,hw,k", [(64, 255, 13, 1), (32, 255, 9, 3), (48, 1000, 7, 1)])
+@pytest.mark.parametrize("c,o,hw,k", [(64, 255, 13, 1), (32, 255, 9, 3), (48, 1000, 7, 1),
+                                      (32, 9, 12, 3)])
 def test_compiled_equals_the_reference(c, o, hw, k):
     assert_default_pipeline_matches(_head(c, o, hw, k, seed=o + k))
 
