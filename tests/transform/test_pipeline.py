@@ -16,7 +16,7 @@ from transform_models import conv_bn_relu, mlp, transformer_block
 def test_pipeline_contents():
     assert get_pipeline("zero", AVX2_CTX).names() == ["legalize", "default_schedule"]
     assert get_pipeline("default", AVX2_CTX).names() == [
-        "fold_constant", "eliminate_common_subexpr", "dead_code_elimination", "conv1d_as_2d",
+        "fold_constant", "simplify_power", "eliminate_common_subexpr", "dead_code_elimination", "conv1d_as_2d",
         "conv_live_taps", "pad_conv_channels", "conv_winograd",
         "fuse_attention", "flatten_matmul_rows", "convert_layout_nchwc", "fold_channel_scale", "fuse_ops",
         "legalize", "fold_constant", "dead_code_elimination", "default_schedule"]

@@ -10,6 +10,8 @@
 
     fold_constant            operators on constants (bound weights, shapes) via numpy
                              references, before anything else sees them
+    simplify_power           power by a constant 2, -1 or 0.5 -> multiply, divide, sqrt (a
+                             kernel's constants are parameters: pow(x, c1) is libm's powf)
     eliminate_common_subexpr merge identical calls ...
     dead_code_elimination    ... and drop what is left unused, so fusion sees true use counts
     conv1d_as_2d             a conv1d with a constant weight becomes a conv2d of height 1,
@@ -61,6 +63,7 @@ from .fuse_ops import fuse_ops
 from .infra import Pass, PassContext, Sequential, context
 from .layout_nchwc import convert_layout_nchwc
 from .pad_conv_channels import pad_conv_channels
+from .simplify_power import simplify_power
 from .legalize import legalize
 
 
@@ -72,6 +75,7 @@ def _zero(ctx: PassContext) -> List[Pass]:
 def _default(ctx: PassContext) -> List[Pass]:
     return [
         fold_constant(ctx),
+        simplify_power(ctx),
         eliminate_common_subexpr(),
         dead_code_elimination(),
         conv1d_as_2d(ctx),
