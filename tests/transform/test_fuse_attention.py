@@ -95,6 +95,26 @@ def test_attention_op_errors_name_the_shapes(shapes, match):
 
 
 # ---- the pass ----------------------------------------------------------------------------------
+def test_pass_fuses_masked_fill_with_a_constant_mask():
+    """``scores.masked_fill(causal, -inf)`` as exported: where(const mask, fill, scores), the
+    mask True where a key is hidden; fused with the mask inverted (True = attend)."""
+    hidden = np.triu(np.ones((16, 16), bool), 1)
+    q, kt, v = typed("q", (1, 2, 16, 8)), typed("kt", (1, 2, 8, 16)), typed("v", (1, 2, 16, 8))
+
+    def body(emit, q, kt, v):
+        s = emit("divide", emit("matmul", q, kt), Constant(np.array(8.0, "float32")))
+        s = emit("where", Constant(hidden), Constant(np.array(-np.inf, "float32")), s)
+        return ops.call("matmul", emit("softmax", s, axis=-1), v)
+    mod = graph_module([q, kt, v], body)
+    out = fuse_attention()(mod)
+    assert _ops(out) == ["attention"]
+    (call,) = [b.value for b in out["main"].bindings()]
+    np.testing.assert_array_equal(call.args[3].data, ~hidden)
+    args = _args(mod)
+    want = attention_reference(*args, np.where(hidden, -np.inf, 0).astype("float32"), scale=0.125)
+    np.testing.assert_allclose(_run(out, args), want, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("variant", [
     dict(mask_shape=(1, 1, 16, 16)),
     dict(mask_shape=(1, 1, 16, 16), mask_first=True),

@@ -5,7 +5,8 @@
     lv15 = R.matmul(q, kt)                 # (b..., M, D) @ (b..., D, N)
     lv16 = R.multiply(lv15, R.const(0.125))          # optional: a scalar scale (or divide)
     lv17 = R.add(lv16, mask)                         # optional: an additive mask, or
-                                                     # R.where(bool_mask, lv16, R.const(fill))
+                                                     # R.where(bool_mask, lv16, R.const(fill)),
+                                                     # or R.where(R.const(m), R.const(fill), lv16)
     lv18 = R.softmax(lv17, axis=-1)
     lv19 = R.matmul(lv18, v)               # (b..., M, N) @ (b..., N, Dv)
   ->
@@ -99,6 +100,12 @@ def match_attention(call: Call, defs: Dict[GraphVar, GraphExpr], uses
         # PyTorch's boolean attn_mask: where(mask, scores, lowest)
         replaced.append(x)
         mask, fill, x = where.args[0], _scalar(where.args[2]), where.args[1]
+    elif where is not None and isinstance(where.args[0], Constant) \
+            and where.args[0].data.dtype == np.bool_ and _scalar(where.args[1]) is not None:
+        # masked_fill(mask, lowest): where(mask, lowest, scores), the mask a constant (a causal
+        # mask exported with the model): the same with the mask inverted
+        replaced.append(x)
+        mask, fill, x = Constant(~where.args[0].data), _scalar(where.args[1]), where.args[2]
     elif add is not None:
         for score_side, mask_side in ((0, 1), (1, 0)):
             inner = add.args[score_side]
