@@ -1,6 +1,7 @@
 """Models beyond the four of bench/onnx_models.py, none of which the tests tune for: exported
-from torchvision, transformers and torch.nn (an audio front end of 1-D convs, an LSTM, a
-transformer encoder) at opset 17 (random weights, perturbed so that no constant
+from torchvision, transformers and torch.nn (an audio front end of 1-D convs, an LSTM and a GRU,
+a transformer encoder, a LLaMA-style decoder, a U-Net, a YOLO-style detector, ESPCN
+super-resolution) at opset 17 (random weights, perturbed so that no constant
 hides a wrong result), compiled with ``kiln compile`` in a child process, checked against
 onnxruntime (relative 1e-4), then timed against it at 1 and 2 threads in alternating rounds.
 
@@ -76,6 +77,153 @@ def _encoder(tv, torch):
     return torch.nn.TransformerEncoder(layer, 4), torch.randn(1, 128, 256)
 
 
+def _segmentation(name):
+    def build(tv, torch):
+        m = getattr(tv.models.segmentation, name)(weights=None, weights_backbone=None)
+
+        class Out(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.m = m
+
+            def forward(self, x):
+                return self.m(x)["out"]
+        return Out(), torch.randn(1, 3, 224, 224)
+    return build
+
+
+def _unet(tv, torch):
+    # two levels down, two up through transposed convs, skips concatenated
+    nn = torch.nn
+
+    def block(i, o):
+        return nn.Sequential(nn.Conv2d(i, o, 3, padding=1), nn.BatchNorm2d(o), nn.ReLU(),
+                             nn.Conv2d(o, o, 3, padding=1), nn.BatchNorm2d(o), nn.ReLU())
+
+    class UNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.e1, self.e2, self.e3 = block(3, 32), block(32, 64), block(64, 128)
+            self.pool = nn.MaxPool2d(2)
+            self.u2, self.d2 = nn.ConvTranspose2d(128, 64, 2, 2), block(128, 64)
+            self.u1, self.d1 = nn.ConvTranspose2d(64, 32, 2, 2), block(64, 32)
+            self.head = nn.Conv2d(32, 2, 1)
+
+        def forward(self, x):
+            a = self.e1(x)
+            b = self.e2(self.pool(a))
+            c = self.e3(self.pool(b))
+            d = self.d2(torch.cat([self.u2(c), b], 1))
+            return self.head(self.d1(torch.cat([self.u1(d), a], 1)))
+    return UNet(), torch.randn(1, 3, 128, 128)
+
+
+def _espcn(tv, torch):
+    # super-resolution x3: convs at the input's 224 x 224, then a pixel shuffle
+    nn = torch.nn
+    return nn.Sequential(nn.Conv2d(1, 64, 5, padding=2), nn.Tanh(), nn.Conv2d(64, 32, 3, padding=1),
+                         nn.Tanh(), nn.Conv2d(32, 9, 3, padding=1), nn.PixelShuffle(3)), \
+        torch.randn(1, 1, 224, 224)
+
+
+def _yolo_like(tv, torch):
+    # a YOLOv5-style backbone and neck, narrowed: conv-BN-SiLU, C3 blocks, nearest upsampling
+    nn = torch.nn
+
+    def cbs(i, o, k=3, s=1, p=None):
+        return nn.Sequential(nn.Conv2d(i, o, k, s, k // 2 if p is None else p, bias=False),
+                             nn.BatchNorm2d(o), nn.SiLU())
+
+    class C3(nn.Module):
+        def __init__(self, c):
+            super().__init__()
+            self.a, self.b, self.o = cbs(c, c // 2, 1), cbs(c, c // 2, 1), cbs(c, c, 1)
+            self.m = nn.Sequential(cbs(c // 2, c // 2, 1), cbs(c // 2, c // 2))
+
+        def forward(self, x):
+            a = self.a(x)
+            return self.o(torch.cat([self.m(a) + a, self.b(x)], 1))
+
+    class Yolo(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem = nn.Sequential(cbs(3, 16, 6, 2, 2), cbs(16, 32, 3, 2), C3(32), cbs(32, 64, 3, 2), C3(64))
+            self.down = nn.Sequential(cbs(64, 128, 3, 2), C3(128))
+            self.up, self.lat = nn.Upsample(scale_factor=2, mode="nearest"), cbs(128, 64, 1)
+            self.fuse, self.head = C3(128), nn.Conv2d(128, 3 * 85, 1)
+
+        def forward(self, x):
+            p3 = self.stem(x)
+            return self.head(self.fuse(torch.cat([self.up(self.lat(self.down(p3))), p3], 1)))
+    return Yolo(), torch.randn(1, 3, 320, 320)
+
+
+def _gru(tv, torch):
+    class Tagger(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.gru = torch.nn.GRU(128, 256, 2, batch_first=True)
+            self.out = torch.nn.Linear(256, 10)
+
+        def forward(self, x):
+            return self.out(self.gru(x)[0])
+    return Tagger(), torch.randn(1, 50, 128)
+
+
+def _llama(tv, torch):
+    # a LLaMA-style decoder, written out (transformers' masks do not export at opset 17):
+    # RMSNorm, rotary embeddings, grouped-query attention (4 heads, 2 key/value heads), SwiGLU
+    nn, F = torch.nn, torch.nn.functional
+    d, h, kvh, hd, ff, layers, vocab, t = 256, 4, 2, 64, 688, 4, 8000, 64
+    angles = torch.arange(t)[:, None] * (10000 ** (-torch.arange(0, hd, 2) / hd))[None]
+    cos, sin = torch.cat([angles.cos()] * 2, -1), torch.cat([angles.sin()] * 2, -1)
+    causal = torch.triu(torch.ones(t, t, dtype=torch.bool), 1)
+
+    def rope(x):
+        return x * cos + torch.cat([-x[..., hd // 2:], x[..., :hd // 2]], -1) * sin
+
+    class RMSNorm(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.ones(d))
+
+        def forward(self, x):
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.w
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.n1, self.n2 = RMSNorm(), RMSNorm()
+            self.q, self.o = nn.Linear(d, h * hd, bias=False), nn.Linear(h * hd, d, bias=False)
+            self.k, self.v = nn.Linear(d, kvh * hd, bias=False), nn.Linear(d, kvh * hd, bias=False)
+            self.gate, self.up = nn.Linear(d, ff, bias=False), nn.Linear(d, ff, bias=False)
+            self.down = nn.Linear(ff, d, bias=False)
+
+        def forward(self, x):
+            y = self.n1(x)
+            q = rope(self.q(y).view(1, t, h, hd).transpose(1, 2))
+            k = rope(self.k(y).view(1, t, kvh, hd).transpose(1, 2)).repeat_interleave(h // kvh, 1)
+            v = self.v(y).view(1, t, kvh, hd).transpose(1, 2).repeat_interleave(h // kvh, 1)
+            att = ((q @ k.transpose(-1, -2)) / hd ** 0.5).masked_fill(causal, float("-inf"))
+            x = x + self.o((att.softmax(-1) @ v).transpose(1, 2).reshape(1, t, h * hd))
+            y = self.n2(x)
+            return x + self.down(F.silu(self.gate(y)) * self.up(y))
+
+    class LM(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed, self.norm = nn.Embedding(vocab, d), RMSNorm()
+            self.blocks = nn.ModuleList(Block() for _ in range(layers))
+            self.head = nn.Linear(d, vocab, bias=False)
+
+        def forward(self, ids):
+            x = self.embed(ids)
+            for b in self.blocks:
+                x = b(x)
+            return self.head(self.norm(x))
+    return LM(), torch.randint(0, vocab, (1, t))
+
+
 MODELS = {
     "vit": lambda tv, torch: _vit(tv.models, torch),
     "bert": _bert,
@@ -95,6 +243,20 @@ MODELS = {
     "audio_frontend": _audio_frontend,
     "lstm": _lstm,
     "transformer_encoder": _encoder,
+    # added in session 24
+    "deeplabv3_mobilenet": _segmentation("deeplabv3_mobilenet_v3_large"),
+    "lraspp_mobilenet": _segmentation("lraspp_mobilenet_v3_large"),
+    "unet": _unet,
+    "espcn": _espcn,
+    "yolo_like": _yolo_like,
+    "gru": _gru,
+    "llama_like": _llama,
+    "mobilenet_v3_large": _vision("mobilenet_v3_large"),
+    "inception_v3": lambda tv, torch: (tv.models.inception_v3(weights=None, aux_logits=False,
+                                                              init_weights=False),
+                                       torch.randn(1, 3, 299, 299)),
+    "alexnet": _vision("alexnet"),
+    "efficientnet_v2_s": _vision("efficientnet_v2_s"),
 }
 
 
