@@ -1,6 +1,7 @@
 """Models beyond the four of bench/onnx_models.py, none of which the tests tune for: exported
 from torchvision, transformers and torch.nn (an audio front end of 1-D convs, an LSTM and a GRU,
-a transformer encoder, a LLaMA-style decoder, a U-Net, a YOLO-style detector, ESPCN
+a transformer encoder, transformers' GPT-2, a LLaMA-style decoder, a Whisper-style encoder,
+a diffusion-style U-Net level, a U-Net, a YOLO-style detector, ESPCN
 super-resolution) at opset 17 (random weights, perturbed so that no constant
 hides a wrong result), compiled with ``kiln compile`` in a child process, checked against
 onnxruntime (relative 1e-4), then timed against it at 1 and 2 threads in alternating rounds.
@@ -224,6 +225,59 @@ def _llama(tv, torch):
     return LM(), torch.randint(0, vocab, (1, t))
 
 
+def _hf_gpt2(tv, torch):
+    # transformers' GPT-2 (its tanh GELU has an x ** 3), narrowed; position ids given, as its
+    # packed-sequence check does not export at opset 17
+    import transformers
+    cfg = transformers.GPT2Config(n_embd=256, n_layer=4, n_head=4, vocab_size=8000, n_positions=128,
+                                  attn_implementation="eager")
+
+    class LM(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = transformers.GPT2LMHeadModel(cfg)
+
+        def forward(self, ids):
+            return self.m(input_ids=ids, position_ids=torch.arange(64)[None], use_cache=False).logits
+    return LM(), torch.randint(0, 8000, (1, 64))
+
+
+def _groupnorm_unet(tv, torch):
+    # a diffusion-style U-Net level: GroupNorm, SiLU, residual convs, nearest upsampling
+    nn, F = torch.nn, torch.nn.functional
+
+    class Res(nn.Module):
+        def __init__(self, c):
+            super().__init__()
+            self.n1, self.n2 = nn.GroupNorm(8, c), nn.GroupNorm(8, c)
+            self.c1, self.c2 = nn.Conv2d(c, c, 3, padding=1), nn.Conv2d(c, c, 3, padding=1)
+
+        def forward(self, x):
+            return x + self.c2(F.silu(self.n2(self.c1(F.silu(self.n1(x))))))
+    return nn.Sequential(nn.Conv2d(4, 64, 3, padding=1), Res(64), Res(64), nn.Conv2d(64, 128, 3, 2, 1),
+                         Res(128), Res(128), nn.Upsample(scale_factor=2),
+                         nn.Conv2d(128, 64, 3, padding=1), Res(64), nn.GroupNorm(8, 64), nn.SiLU(),
+                         nn.Conv2d(64, 4, 3, padding=1)), torch.randn(1, 4, 64, 64)
+
+
+def _whisper_like(tv, torch):
+    # Whisper's encoder, narrowed: two 1-D convs over 80 mel bins, pre-norm transformer layers
+    nn, F = torch.nn, torch.nn.functional
+
+    class Encoder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c1, self.c2 = nn.Conv1d(80, 256, 3, padding=1), nn.Conv1d(256, 256, 3, 2, 1)
+            self.pos = nn.Parameter(torch.randn(1, 250, 256) * 0.02)
+            layer = nn.TransformerEncoderLayer(256, 4, 1024, dropout=0.0, batch_first=True,
+                                               norm_first=True, activation="gelu")
+            self.enc = nn.TransformerEncoder(layer, 4)
+
+        def forward(self, x):
+            return self.enc(F.gelu(self.c2(F.gelu(self.c1(x)))).transpose(1, 2) + self.pos)
+    return Encoder(), torch.randn(1, 80, 500)
+
+
 MODELS = {
     "vit": lambda tv, torch: _vit(tv.models, torch),
     "bert": _bert,
@@ -257,6 +311,9 @@ MODELS = {
                                        torch.randn(1, 3, 299, 299)),
     "alexnet": _vision("alexnet"),
     "efficientnet_v2_s": _vision("efficientnet_v2_s"),
+    "hf_gpt2": _hf_gpt2,
+    "groupnorm_unet": _groupnorm_unet,
+    "whisper_like": _whisper_like,
 }
 
 

@@ -1,4 +1,4 @@
-"""simplify_power: power by a constant 2, -1 or 0.5 becomes multiply, divide or sqrt (printed
+"""simplify_power: power by a constant 2, 3, -1 or 0.5 becomes multiplies, divide or sqrt (printed
 graph); other exponents, a run-time exponent, mixed exponents and an exponent that broadcasts
 the base are left; the compiled results equal numpy's power at 1 and 2 threads; an RMSNorm
 kernel (x.pow(2).mean()) calls no powf."""
@@ -33,6 +33,7 @@ def _ops(mod):
     (2.0, [("multiply", ["GraphVar", "GraphVar"])]),
     (np.full((1, 33), 2.0), [("multiply", ["GraphVar", "GraphVar"])]),    # one value, broadcast
     (0.5, [("sqrt", ["GraphVar"])]),
+    (3.0, [("multiply", ["GraphVar", "GraphVar"]), ("multiply", ["GraphVar", "GraphVar"])]),
     (-1.0, [("divide", ["Constant", "GraphVar"])]),
 ])
 def test_constant_exponents_become_cheaper_operators(exponent, want):
@@ -40,7 +41,7 @@ def test_constant_exponents_become_cheaper_operators(exponent, want):
 
 
 @pytest.mark.parametrize("mod", [
-    _power(3.0), _power(-0.5), _power(np.array([2.0, 3.0] * 16 + [2.0])),
+    _power(4.0), _power(-0.5), _power(np.array([2.0, 3.0] * 16 + [2.0])),
     _power(np.full((5, 4, 33), 2.0)),                   # broadcasts the base to (5, 4, 33)
 ])
 def test_other_exponents_are_left(mod):
@@ -54,7 +55,7 @@ def test_a_run_time_exponent_is_left():
     assert simplify_power(PassContext())(mod) is mod
 
 
-@pytest.mark.parametrize("exponent", [2.0, 0.5, -1.0])
+@pytest.mark.parametrize("exponent", [2.0, 3.0, 0.5, -1.0])
 def test_compiled_results_equal_numpy_power(exponent):
     mod = _power(exponent, shape=(8, 50))
     assert_default_pipeline_matches(mod, rtol=1e-6, atol=1e-6)

@@ -10,7 +10,7 @@
 
     fold_constant            operators on constants (bound weights, shapes) via numpy
                              references, before anything else sees them
-    simplify_power           power by a constant 2, -1 or 0.5 -> multiply, divide, sqrt (a
+    simplify_power           power by a constant 2, 3, -1 or 0.5 -> multiplies, divide, sqrt (a
                              kernel's constants are parameters: pow(x, c1) is libm's powf)
     eliminate_common_subexpr merge identical calls ...
     dead_code_elimination    ... and drop what is left unused, so fusion sees true use counts

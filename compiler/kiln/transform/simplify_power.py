@@ -1,9 +1,13 @@
-"""``simplify_power``: ``power`` by a constant exponent of 2, -1 or 0.5 becomes a multiply, a
+"""``simplify_power``: ``power`` by a constant exponent of 2, 3, -1 or 0.5 becomes multiplies, a
 division or a square root::
 
     y = R.power(x, R.const(2.0))        # RMSNorm's x.pow(2), a variance's (x - mean) ** 2
   ->
     y = R.multiply(x, x)
+
+    z = R.power(x, R.const(3.0))        # GPT-2's tanh GELU: x + 0.044715 * x ** 3
+  ->
+    z = R.multiply(R.multiply(x, x), x)
 
 Kernels take a constant as a parameter (``c1``), so the code generator sees ``pow(x, c1)``
 with ``c1`` unknown and calls libm's ``powf`` for every element: a LLaMA-style RMSNorm over
@@ -12,7 +16,7 @@ with ``c1`` unknown and calls libm's ``powf`` for every element: a LLaMA-style R
 The exponent must be a float constant whose every element is the same value (a scalar, or a
 broadcast of one), and the result must have the base's shape and dtype (an exponent that
 broadcasts the base to a larger shape is left as it is). ``x * x`` and ``1 / x`` are the
-correctly rounded values that ``pow`` returns; ``sqrt`` differs from ``pow(x, 0.5)`` only at
+correctly rounded values that ``pow`` returns, ``x * x * x`` within an ulp of it; ``sqrt`` differs from ``pow(x, 0.5)`` only at
 -0 and -inf (IEEE 754's ``pow`` gives +0 and +inf there; ``sqrt`` -0 and NaN).
 """
 from __future__ import annotations
@@ -23,7 +27,7 @@ import numpy as np
 
 from .. import ops
 from ..ir import IRModule
-from ..ir.graph import Binding, Call, Constant, GraphExpr, TensorType
+from ..ir.graph import Binding, Call, Constant, GraphExpr, GraphVar, TensorType
 from ..ir.structural import structural_equal
 from .graph_util import graph_functions, rewrite_function
 from .infra import Pass, PassContext, context
@@ -39,7 +43,7 @@ def simplify_power(ctx: Optional[PassContext] = None) -> Pass:
             changed = []
 
             def visit(b: Binding, em, _block):
-                value = _simplified(b.value) if isinstance(b.value, Call) else None
+                value = _simplified(b, em) if isinstance(b.value, Call) else None
                 if value is None:
                     em.emit(b)
                     return
@@ -52,8 +56,9 @@ def simplify_power(ctx: Optional[PassContext] = None) -> Pass:
     return Pass("simplify_power", run)
 
 
-def _simplified(call: Call) -> Optional[GraphExpr]:
-    """The cheaper form of a ``power`` call, or None."""
+def _simplified(b: Binding, em) -> Optional[GraphExpr]:
+    """The cheaper form of binding ``b``'s ``power`` call (its parts emitted), or None."""
+    call = b.value
     if call.op != "power" or len(call.args) != 2:
         return None
     x, e = call.args
@@ -67,6 +72,10 @@ def _simplified(call: Call) -> Optional[GraphExpr]:
     exponent = float(data.flat[0])
     if exponent == 2.0:
         return ops.call("multiply", x, x)
+    if exponent == 3.0:
+        square = ops.call("multiply", x, x)
+        return ops.call("multiply", em.emit(Binding(GraphVar(f"{b.var.name}_square", square.ty),
+                                                    square)), x)
     if exponent == 0.5:
         return ops.call("sqrt", x)
     if exponent == -1.0:
