@@ -118,6 +118,32 @@ def test_k_steps_per_trip_follow_the_tile(target, k, ku):
                                    rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("target,ku", [(AVX512, 1), (AVX2, 4)])
+def test_k_chunks_keep_one_step_a_trip_on_wide_tiles(target, ku):
+    """With K in chunks the tile's accumulators cross the chunks in a buffer; two steps of an
+    AVX-512 6 x 64 tile a trip left LLVM storing them every step (ViT's 197-row MLP product,
+    3x slower), so those tiles run one step a trip there; AVX2's 6 x 16 keeps four."""
+    mod = _matmul_model(197, 1536, 384)
+    out = kiln.get_pipeline("default", target=target)(mod)
+    (name,) = kernels(out)
+    decisions = attr(out[name], "kiln.decisions").split()
+    fixed = {} if any(d.startswith("kc=") and d != "kc=0" for d in decisions) else {"kc": 768}
+    if fixed:   # this target's rules chose no chunks for the shape: force them
+        from kiln.schedule.decisions import Decisions
+        from kiln.transform.default_schedule import schedule_kernel
+        pre = kiln.get_pipeline("default", PassContext(target=target,
+                                                       disabled_passes=("default_schedule",)))(mod)
+        (pname,) = kernels(pre)
+        func = schedule_kernel(pre[pname], PassContext(target=target), Decisions(fixed=fixed))
+        decisions = attr(func, "kiln.decisions").split()
+    assert any(d.startswith("kc=") and d != "kc=0" for d in decisions), decisions
+    assert f"ku={ku}" in decisions, decisions
+    if target == AVX2 or _host_has_avx512():
+        x = np.random.default_rng(5).standard_normal((197, 1536)).astype("float32")
+        got = kiln.VirtualMachine(kiln.compile(out, target=target), kiln.cpu())["main"](x)
+        np.testing.assert_allclose(np.asarray(got), reference(mod, [x]), rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("n,tile", [(1000, "tile 5x64"), (200, "tile 5x50")])
 def test_run_time_weight_without_a_vector_multiple_divisor(n, tile):
     """B given at run time, its column count divisible by no multiple of 16: 1,000 columns
