@@ -44,10 +44,9 @@ from typing import List, Optional, Tuple
 import numpy as np
 
 from .. import ops
-from ..ir import IRModule
 from ..ir.graph import Binding, Call, Constant, GraphVar, TensorType
 from ..ops.nn import _padding, _tuple
-from .graph_util import graph_functions, rewrite_function
+from .graph_util import rewrite_calls
 from .infra import Pass, PassContext, context
 
 # Split an axis into bands only when the bands do at most this share of the trimmed conv's
@@ -112,23 +111,10 @@ def conv_live_taps(ctx: Optional[PassContext] = None) -> Pass:
     """The pass (module docstring)."""
     context(ctx)
 
-    def run(mod: IRModule) -> IRModule:
-        out = mod
-        for name, func in graph_functions(mod):
-            changed = []
-
-            def visit(b: Binding, em, _block):
-                plan = _plan(b.value) if isinstance(b.value, Call) else None
-                if plan is None:
-                    em.emit(b)
-                    return
-                em.emit(Binding(b.var, _banded_conv(b.var, b.value, plan, em)))
-                changed.append(b.var)
-            new = rewrite_function(func, visit)
-            if changed:
-                out = out.with_function(name, new)
-        return out
-    return Pass("conv_live_taps", run)
+    def replace(b: Binding, em) -> Optional[Call]:
+        plan = _plan(b.value)
+        return None if plan is None else _banded_conv(b.var, b.value, plan, em)
+    return Pass("conv_live_taps", lambda mod: rewrite_calls(mod, replace))
 
 
 def _geometry(call: Call):

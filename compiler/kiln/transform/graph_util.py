@@ -117,6 +117,28 @@ def rewrite_function(func: Function, visit: Callable[[Binding, Emitter, BindingB
     return Function(func.params if params is None else params, blocks, body, func.attrs)
 
 
+def rewrite_calls(mod: IRModule, replace: Callable[[Binding, Emitter], Optional[GraphExpr]]) -> IRModule:
+    """``mod`` with each call binding of its graph functions given to ``replace(binding,
+    emitter)``, which returns the variable's new value (emitting any parts it needs first with
+    ``emitter.emit``) or None to keep the binding. A function nothing replaced in is kept as
+    it was, and so is ``mod`` when nothing changed (``simplify_power``, ``conv_live_taps``)."""
+    out = mod
+    for name, func in graph_functions(mod):
+        changed = []
+
+        def visit(b: Binding, em: Emitter, _block):
+            value = replace(b, em) if isinstance(b.value, Call) else None
+            if value is None:
+                em.emit(b)
+                return
+            em.emit(Binding(b.var, value))
+            changed.append(b.var)
+        new = rewrite_function(func, visit)
+        if changed:
+            out = out.with_function(name, new)
+    return out
+
+
 def _with_outputs(new_blocks, body, vmap) -> Tuple[BindingBlock, ...]:
     # Variables used after each block (later blocks and the body), computed back to front.
     later_uses = [set() for _ in new_blocks]

@@ -26,34 +26,16 @@ from typing import Optional
 import numpy as np
 
 from .. import ops
-from ..ir import IRModule
-from ..ir.graph import Binding, Call, Constant, GraphExpr, GraphVar, TensorType
+from ..ir.graph import Binding, Constant, GraphExpr, GraphVar, TensorType
 from ..ir.structural import structural_equal
-from .graph_util import graph_functions, rewrite_function
+from .graph_util import rewrite_calls
 from .infra import Pass, PassContext, context
 
 
 def simplify_power(ctx: Optional[PassContext] = None) -> Pass:
     """The pass (module docstring)."""
     context(ctx)
-
-    def run(mod: IRModule) -> IRModule:
-        out = mod
-        for name, func in graph_functions(mod):
-            changed = []
-
-            def visit(b: Binding, em, _block):
-                value = _simplified(b, em) if isinstance(b.value, Call) else None
-                if value is None:
-                    em.emit(b)
-                    return
-                em.emit(Binding(b.var, value))
-                changed.append(b.var)
-            new = rewrite_function(func, visit)
-            if changed:
-                out = out.with_function(name, new)
-        return out
-    return Pass("simplify_power", run)
+    return Pass("simplify_power", lambda mod: rewrite_calls(mod, _simplified))
 
 
 def _simplified(b: Binding, em) -> Optional[GraphExpr]:
