@@ -61,16 +61,19 @@ def _audio_frontend(tv, torch):
     return nn.Sequential(*layers, nn.Conv1d(64, 128, 2, 2)), torch.randn(1, 1, 16000)
 
 
-def _lstm(tv, torch):
-    class Tagger(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.lstm = torch.nn.LSTM(128, 256, 2, batch_first=True)
-            self.out = torch.nn.Linear(256, 10)
+def _tagger(cell: str):
+    """A two-layer recurrent tagger over 50 steps: ``cell`` is "LSTM" or "GRU"."""
+    def build(tv, torch):
+        class Tagger(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.rnn = getattr(torch.nn, cell)(128, 256, 2, batch_first=True)
+                self.out = torch.nn.Linear(256, 10)
 
-        def forward(self, x):
-            return self.out(self.lstm(x)[0])
-    return Tagger(), torch.randn(1, 50, 128)
+            def forward(self, x):
+                return self.out(self.rnn(x)[0])
+        return Tagger(), torch.randn(1, 50, 128)
+    return build
 
 
 def _encoder(tv, torch):
@@ -157,18 +160,6 @@ def _yolo_like(tv, torch):
             p3 = self.stem(x)
             return self.head(self.fuse(torch.cat([self.up(self.lat(self.down(p3))), p3], 1)))
     return Yolo(), torch.randn(1, 3, 320, 320)
-
-
-def _gru(tv, torch):
-    class Tagger(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.gru = torch.nn.GRU(128, 256, 2, batch_first=True)
-            self.out = torch.nn.Linear(256, 10)
-
-        def forward(self, x):
-            return self.out(self.gru(x)[0])
-    return Tagger(), torch.randn(1, 50, 128)
 
 
 def _llama(tv, torch):
@@ -295,7 +286,7 @@ MODELS = {
     "vgg11": _vision("vgg11"),
     "swin_t": _vision("swin_t"),
     "audio_frontend": _audio_frontend,
-    "lstm": _lstm,
+    "lstm": _tagger("LSTM"),
     "transformer_encoder": _encoder,
     # added in session 24
     "deeplabv3_mobilenet": _segmentation("deeplabv3_mobilenet_v3_large"),
@@ -303,7 +294,7 @@ MODELS = {
     "unet": _unet,
     "espcn": _espcn,
     "yolo_like": _yolo_like,
-    "gru": _gru,
+    "gru": _tagger("GRU"),
     "llama_like": _llama,
     "mobilenet_v3_large": _vision("mobilenet_v3_large"),
     "inception_v3": lambda tv, torch: (tv.models.inception_v3(weights=None, aux_logits=False,
