@@ -1,9 +1,10 @@
 """Models beyond the four of bench/onnx_models.py, none of which the tests tune for: exported
 from torchvision, transformers and torch.nn (an audio front end of 1-D convs, an LSTM and a GRU,
-a transformer encoder, transformers' GPT-2, a LLaMA-style decoder, a Whisper-style encoder,
-a diffusion-style U-Net level, a U-Net, a YOLO-style detector, ESPCN
-super-resolution) at opset 17 (random weights, perturbed so that no constant
-hides a wrong result), compiled with ``kiln compile`` in a child process, checked against
+a transformer encoder, BERT's and T5's encoders, transformers' GPT-2, a LLaMA-style decoder, a
+Whisper-style encoder, Conformer blocks, a dilated temporal conv net, a diffusion-style U-Net
+level, a U-Net, a YOLO-style detector, SSDlite's heads, ESPCN super-resolution) at opset 17
+(random weights, perturbed so that no constant hides a wrong result), compiled with ``kiln
+compile`` in a child process, checked against
 onnxruntime (relative 1e-4), then timed against it at 1 and 2 threads in alternating rounds.
 
     .venv/bin/python bench/more_models.py [--models vit bert resnet50 ...] [--rounds 5] [--calls 5]
@@ -33,19 +34,29 @@ def _vit(tv, torch):
     return m, torch.randn(1, 3, 224, 224)
 
 
-def _bert(tv, torch):
-    import transformers
-    cfg = transformers.BertConfig(hidden_size=256, num_hidden_layers=4, num_attention_heads=4,
-                                  intermediate_size=1024, vocab_size=8000)
+def _hf_encoder(model: str, config: str, tokens: int, **options):
+    """transformers' ``model`` (an encoder) built from ``config(**options)``, random weights,
+    over ``tokens`` token ids; returns its last hidden state."""
+    def build(tv, torch):
+        import transformers
+        cfg = getattr(transformers, config)(**options)
 
-    class Encoder(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.bert = transformers.BertModel(cfg)
+        class Encoder(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.m = getattr(transformers, model)(cfg)
 
-        def forward(self, ids):
-            return self.bert(input_ids=ids).last_hidden_state
-    return Encoder(), torch.randint(0, 8000, (1, 128))
+            def forward(self, ids):
+                return self.m(input_ids=ids).last_hidden_state
+        return Encoder(), torch.randint(0, 8000, (1, tokens))
+    return build
+
+
+_bert = _hf_encoder("BertModel", "BertConfig", 128, hidden_size=256, num_hidden_layers=4,
+                    num_attention_heads=4, intermediate_size=1024, vocab_size=8000)
+# T5's encoder, narrowed: RMSNorm (an x ** 2), relative position bias, gated GELU
+_t5_encoder = _hf_encoder("T5EncoderModel", "T5Config", 100, d_model=256, d_kv=64, d_ff=1024,
+                          num_layers=4, num_heads=4, vocab_size=8000, feed_forward_proj="gated-gelu")
 
 
 def _vision(name):
@@ -269,6 +280,74 @@ def _whisper_like(tv, torch):
     return Encoder(), torch.randn(1, 80, 500)
 
 
+def _conformer(tv, torch):
+    # two Conformer blocks (torchaudio's layout, written out): half-step feed-forwards,
+    # self-attention, a GLU and a 31-wide depthwise 1-D conv with batch norm and SiLU
+    nn, F = torch.nn, torch.nn.functional
+    d = 144
+
+    class ConvModule(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.norm, self.bn = nn.LayerNorm(d), nn.BatchNorm1d(d)
+            self.pw1, self.pw2 = nn.Conv1d(d, 2 * d, 1), nn.Conv1d(d, d, 1)
+            self.dw = nn.Conv1d(d, d, 31, padding=15, groups=d)
+
+        def forward(self, x):
+            y = F.glu(self.pw1(self.norm(x).transpose(1, 2)), dim=1)
+            return x + self.pw2(F.silu(self.bn(self.dw(y)))).transpose(1, 2)
+
+    def feed_forward():
+        return nn.Sequential(nn.LayerNorm(d), nn.Linear(d, 4 * d), nn.SiLU(), nn.Linear(4 * d, d))
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ff1, self.ff2, self.conv = feed_forward(), feed_forward(), ConvModule()
+            self.norm, self.out = nn.LayerNorm(d), nn.LayerNorm(d)
+            self.att = nn.MultiheadAttention(d, 4, batch_first=True)
+
+        def forward(self, x):
+            x = x + 0.5 * self.ff1(x)
+            y = self.norm(x)
+            x = self.conv(x + self.att(y, y, y, need_weights=False)[0])
+            return self.out(x + 0.5 * self.ff2(x))
+    return nn.Sequential(Block(), Block()), torch.randn(1, 100, d)
+
+
+def _tcn(tv, torch):
+    # a temporal conv net: causal 1-D convs of dilation 1 to 512 over 200 steps (WaveNet-style)
+    nn, F = torch.nn, torch.nn.functional
+
+    class Block(nn.Module):
+        def __init__(self, dilation):
+            super().__init__()
+            self.d = dilation
+            self.c1 = nn.Conv1d(64, 64, 3, dilation=dilation)
+            self.c2 = nn.Conv1d(64, 64, 3, dilation=dilation)
+
+        def forward(self, x):
+            y = F.relu(self.c1(F.pad(x, (2 * self.d, 0))))
+            return F.relu(x + self.c2(F.pad(y, (2 * self.d, 0))))
+    return nn.Sequential(nn.Conv1d(16, 64, 1), *[Block(2 ** i) for i in range(10)],
+                         nn.Conv1d(64, 8, 1)), torch.randn(1, 16, 200)
+
+
+def _ssdlite(tv, torch):
+    # SSDlite320's MobileNetV3 backbone, extra layers and heads, without the box decoding
+    m = tv.models.detection.ssdlite320_mobilenet_v3_large(weights=None, weights_backbone=None)
+
+    class Heads(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.backbone, self.head = m.backbone, m.head
+
+        def forward(self, x):
+            out = self.head(list(self.backbone(x).values()))
+            return torch.cat([out["bbox_regression"], out["cls_logits"]], -1)
+    return Heads(), torch.randn(1, 3, 320, 320)
+
+
 MODELS = {
     "vit": lambda tv, torch: _vit(tv.models, torch),
     "bert": _bert,
@@ -305,6 +384,10 @@ MODELS = {
     "hf_gpt2": _hf_gpt2,
     "groupnorm_unet": _groupnorm_unet,
     "whisper_like": _whisper_like,
+    "t5_encoder": _t5_encoder,
+    "conformer": _conformer,
+    "tcn": _tcn,
+    "ssdlite": _ssdlite,
 }
 
 
