@@ -16,17 +16,22 @@
 5. ``partition_selects``: a vectorized loop whose Select conditions hold only in the middle
    of its range (zero padding) is split into border loops and a middle loop without them,
    so the middle reads its input with plain vector loads instead of clamped gathers.
+6. ``promote_accumulators``: a reduction loop that reads and writes the same small region of
+   a larger scratch buffer on every iteration (a matmul tile's accumulators, K in chunks)
+   works on a copy of that region, copied in before and out after.
 """
 from ..arith import simplify_stmt
 from .blocks import opaque_blocks
 from .compact import compact_buffers
 from .loop_partition import partition_loops
 from .pad_rows import pad_rows
+from .promote_accumulators import promote_accumulators
 from .select_partition import partition_selects
 
 
 def lower_prim_func(func):
     """All lowering passes, in order, then one simplification with every loop's bounds known
     (compaction leaves indices like ``(j_0 * 16 + j_1) // 16 - j_0`` that fold to ``0``)."""
-    func = partition_selects(partition_loops(pad_rows(compact_buffers(opaque_blocks(func)))))
+    func = promote_accumulators(partition_selects(partition_loops(pad_rows(compact_buffers(
+        opaque_blocks(func))))))
     return func.with_body(simplify_stmt(func.body))

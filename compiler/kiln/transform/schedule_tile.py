@@ -243,9 +243,6 @@ STREAMED_B_COST = 8
 # (96 FMAs a trip) were no faster than two, and on 577 x 768 x 3072 half as fast.
 TRIP_FMAS = 48
 K_STEPS = (1, 2, 4)
-# With K in chunks, a tile step of more FMAs than this runs one step a trip (``schedule_tile``
-# where ``ku`` is chosen says why).
-CHUNKED_STEP_FMAS = 12
 
 
 def k_unroll_options(steps: int) -> List[int]:
@@ -463,17 +460,9 @@ def schedule_contraction(sch: Schedule, c: Contraction, ctx: PassContext, kind: 
         # a conv's several reduction loops: a step of the outer one is a whole loop nest.)
         step = (mr if cols == 1 else cols) * vectors(nr, ctx)
         options = k_unroll_options(k_in)
+        # (With K in chunks the tile's accumulators cross the chunks in a larger buffer;
+        # ``lower.promote_accumulators`` keeps them in registers over each chunk's loop.)
         default = k_unroll(step, options)
-        if kc and step > CHUNKED_STEP_FMAS:
-            # With K in chunks the tile's accumulators live in a buffer across the chunks
-            # and LLVM must keep them in registers over the chunk's loop; with two steps of an
-            # AVX-512 6 x 64 tile a trip it sometimes does not, and stores every accumulator
-            # every step: ViT's 197 x 1536 x 384 MLP product (K in chunks of 768) ran at 50
-            # GFLOP/s against 156 with one step, 5.0 ms of the model's 36 a call (also 131,
-            # 196 and 389 rows; 192, 193 and 199 did not). One step there costs 5-11% on
-            # 49 x 4608 x 1000, 577 x 768 x 3072 and 64 x 3072 x 768 (the tuner may take it).
-            # AVX2's 12-FMA tiles run four steps with K in chunks at full speed.
-            default = 1
         ku = decide.choose("ku", options, default=default)
         if ku > 1:
             k0, k1 = sch.split(reduce[0], [None, ku])
