@@ -36,7 +36,7 @@ from typing import List, Optional, Tuple
 from ..arith import Analyzer
 from ..ir import dtype as dt
 from ..ir import (Block, BlockRealize, Buffer, BufferLoad, BufferStore, For, IfThenElse, IntImm,
-                  PrimFunc, Range, Var, post_order_visit, transform, uses_var)
+                  PrimFunc, Var, post_order_visit, transform, uses_var)
 from ..ir.stmt import seq
 from ..schedule.regions import bound, free_of, loop_ranges
 from .compact import _accesses
@@ -66,7 +66,7 @@ def promote_accumulators(func: PrimFunc) -> PrimFunc:
     post_order_visit(root.block.body, mark)
 
     def post(n):
-        if not isinstance(n, For) or n.kind != "serial" or is_one(n.extent) \
+        if not isinstance(n, For) or n.kind != "serial" or _is_one(n.extent) \
                 or id(n) in in_vector:
             return None
         out = n
@@ -84,7 +84,7 @@ def promote_accumulators(func: PrimFunc) -> PrimFunc:
         block.alloc_buffers, block.annotations)))
 
 
-def is_one(e) -> bool:
+def _is_one(e) -> bool:
     return isinstance(e, IntImm) and e.value == 1
 
 
@@ -215,5 +215,3 @@ def _copy(extents: List[int], store, tag: str):
         body = For(js[d], IntImm(0, js[d].dtype), IntImm(extents[d], js[d].dtype), kind, body)
     return body
 
-
-_ = Range  # (regions are Ranges in loop_ranges)
