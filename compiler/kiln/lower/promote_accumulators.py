@@ -31,12 +31,13 @@ partitioned tile qualifies.
 """
 from __future__ import annotations
 
+import math
 from typing import List, Optional, Tuple
 
 from ..arith import Analyzer
-from ..ir import dtype as dt
 from ..ir import (Block, BlockRealize, Buffer, BufferLoad, BufferStore, For, IfThenElse, IntImm,
-                  PrimFunc, Var, post_order_visit, transform, uses_var)
+                  PrimFunc, Var, is_const_int, post_order_visit, transform, uses_var)
+from ..ir import dtype as dt
 from ..ir.stmt import seq
 from ..schedule.regions import bound, free_of, loop_ranges
 from .compact import _accesses
@@ -50,31 +51,23 @@ def promote_accumulators(func: PrimFunc) -> PrimFunc:
     root = func.body
     if not isinstance(root, BlockRealize):
         return func
-    scratch: List[Buffer] = []
+    scratch: List[Buffer] = list(root.block.alloc_buffers)
     post_order_visit(root.block.body, lambda n: scratch.extend(n.alloc_buffers)
                      if isinstance(n, Block) else None)
-    scratch.extend(root.block.alloc_buffers)
     if not scratch:
         return func
-
     # (a loop inside a vectorized loop is lowered lane by lane: no copy loops go there)
     in_vector = set()
-
-    def mark(n):
-        if isinstance(n, For) and n.kind == "vectorized":
-            post_order_visit(n.body, lambda m: in_vector.add(id(m)) if isinstance(m, For) else None)
-    post_order_visit(root.block.body, mark)
+    post_order_visit(root.block.body, lambda n: post_order_visit(
+        n.body, lambda m: in_vector.add(id(m)) if isinstance(m, For) else None)
+        if isinstance(n, For) and n.kind == "vectorized" else None)
 
     def post(n):
-        if not isinstance(n, For) or n.kind != "serial" or _is_one(n.extent) \
+        if not isinstance(n, For) or n.kind != "serial" or is_const_int(n.extent, 1) \
                 or id(n) in in_vector:
             return None
-        out = n
-        for buf in scratch:
-            promoted = _promote(out, buf)
-            if promoted is not None:
-                out = promoted
-        return None if out is n else out
+        regions = [(buf, r) for buf in scratch if (r := _region(n, buf)) is not None]
+        return _promoted(n, regions) if regions else None
     body = transform(root.block.body, post)
     if body is root.block.body:
         return func
@@ -84,134 +77,96 @@ def promote_accumulators(func: PrimFunc) -> PrimFunc:
         block.alloc_buffers, block.annotations)))
 
 
-def _is_one(e) -> bool:
-    return isinstance(e, IntImm) and e.value == 1
-
-
-def _promote(loop, buf: Buffer):
-    """``loop`` (or what replaced it: a block around it) with ``buf``'s region promoted, or
-    None when the pattern does not hold."""
-    inner = loop if isinstance(loop, For) else _the_loop(loop)
-    if inner is None:
-        return None
-    accesses = _accesses(inner.body, buf)
-    if not accesses or _guarded(inner.body, buf):
-        return None
-    if not _is_store(inner.body, buf):
-        return None
-    region = _region(inner, accesses)
-    if region is None:
-        return None
-    lows, extents = region
-    size = 1
-    for e in extents:
-        size *= e
-    full = 1
-    for d in buf.shape:
-        if not isinstance(d, IntImm):
-            full = None
-            break
-        full *= d.value
-    if size > MOST_ELEMENTS or (full is not None and size >= full) or dt.bits(buf.dtype) < 8:
-        return None
-    acc = Buffer(f"{buf.name}_acc", tuple(IntImm(e, "int32") for e in extents), buf.dtype, "local")
+def _promoted(loop: For, regions) -> BlockRealize:
+    """``loop`` working on a copy of each ``(buffer, (starts, extents))`` region: a block
+    that allocates the copies, copies in, runs the loop, copies out."""
     ana = Analyzer()
-
-    def local(indices):
-        return tuple(ana.simplify(i - lo) for i, lo in zip(indices, lows))
+    copies = {}
+    for buf, (lows, extents) in regions:
+        acc = Buffer(f"{buf.name}_acc", tuple(IntImm(e, "int32") for e in extents), buf.dtype,
+                     "local")
+        copies[buf] = (acc, lows, extents)
 
     def swap(n):
-        if isinstance(n, BufferLoad) and n.buffer is buf:
-            return BufferLoad(acc, local(n.indices))
-        if isinstance(n, BufferStore) and n.buffer is buf:
-            return BufferStore(acc, n.value, local(n.indices))
+        if isinstance(n, (BufferLoad, BufferStore)) and n.buffer in copies:
+            acc, lows, _ = copies[n.buffer]
+            local = tuple(ana.simplify(i - lo) for i, lo in zip(n.indices, lows))
+            if isinstance(n, BufferLoad):
+                return BufferLoad(acc, local)
+            return BufferStore(acc, n.value, local)
         return None
-    new_loop = For(inner.loop_var, inner.min, inner.extent, inner.kind, transform(inner.body, swap),
-                   inner.thread_binding, inner.annotations)
-    copy_in = _copy(extents, lambda js: BufferStore(acc, BufferLoad(buf, tuple(
-        lo + j for lo, j in zip(lows, js))), tuple(js)), "in")
-    copy_out = _copy(extents, lambda js: BufferStore(buf, BufferLoad(acc, tuple(js)), tuple(
-        lo + j for lo, j in zip(lows, js))), "out")
-    body = seq(copy_in, new_loop, copy_out)
-    scope = Block(f"{acc.name}_scope", (), (), (), body, None, (acc,))
-    new = BlockRealize((), IntImm(1, "bool"), scope)
-    return new if loop is inner else _replace_loop(loop, inner, new)
+    body = For(loop.loop_var, loop.min, loop.extent, loop.kind, transform(loop.body, swap),
+               loop.thread_binding, loop.annotations)
+    for buf, (acc, lows, extents) in copies.items():
+        def at(js, lows=lows):
+            return tuple(lo + j for lo, j in zip(lows, js))
+        copy_in = _copy(extents, lambda js: BufferStore(acc, BufferLoad(buf, at(js)), js), "in")
+        copy_out = _copy(extents, lambda js: BufferStore(buf, BufferLoad(acc, js), at(js)), "out")
+        body = seq(copy_in, body, copy_out)
+    accs = tuple(acc for acc, _, _ in copies.values())
+    scope = Block("_".join(a.name for a in accs) + "_scope", (), (), (), body, None, accs)
+    return BlockRealize((), IntImm(1, "bool"), scope)
 
 
-def _the_loop(stmt) -> Optional[For]:
-    """The loop a previous promotion wrapped (its scope block's body: copy in, loop, copy out)."""
-    if isinstance(stmt, BlockRealize):
-        for s in getattr(stmt.block.body, "seq", ()):
-            if isinstance(s, For) and s.kind == "serial":
-                return s
-    return None
+def _region(loop: For, buf: Buffer) -> Optional[Tuple[List, List[int]]]:
+    """(the start of each dimension, its constant extent) of ``buf``'s region that ``loop``
+    reads and writes, the same on every iteration; None when the loop does not both read and
+    write it, an index uses the loop's variable, an access is under an ``if``, the accesses'
+    regions differ, or the region is not constant, not smaller than the buffer, or more than
+    ``MOST_ELEMENTS``."""
+    accesses = _accesses(loop.body, buf)
+    if not accesses or dt.bits(buf.dtype) < 8 or not _stores(loop.body, buf) \
+            or _guarded(loop.body, buf):
+        return None
+    ana = Analyzer()
+    bounds = None
+    for indices, loops in accesses:
+        if any(uses_var(i, loop.loop_var) for i in indices):
+            return None
+        relax = loop_ranges(loops)
+        here = []
+        for idx in indices:
+            lo, hi = bound(ana.simplify(idx), relax)
+            if lo is None or not free_of(lo, relax) or not free_of(hi, relax):
+                return None
+            here.append((ana.simplify(lo), ana.simplify(hi)))
+        if bounds is None:
+            bounds = here
+        elif not all(is_const_int(ana.simplify(a - b), 0)
+                     for now, first in zip(here, bounds) for a, b in zip(now, first)):
+            return None
+    extents = [ana.simplify(hi - lo + 1) for lo, hi in bounds]
+    if not all(isinstance(e, IntImm) and e.value >= 1 for e in extents):
+        return None
+    size = math.prod(e.value for e in extents)
+    full = math.prod(d.value for d in buf.shape) if all(isinstance(d, IntImm) for d in buf.shape) \
+        else None
+    if size > MOST_ELEMENTS or (full is not None and size >= full):
+        return None
+    return [lo for lo, _ in bounds], [e.value for e in extents]
 
 
-def _replace_loop(stmt, old: For, new):
-    return transform(stmt, lambda n: new if n is old else None)
-
-
-def _is_store(body, buf: Buffer) -> bool:
+def _stores(body, buf: Buffer) -> bool:
     found = []
-    post_order_visit(body, lambda n: found.append(n) if isinstance(n, BufferStore) and n.buffer is buf
-                     else None)
+    post_order_visit(body, lambda n: found.append(n)
+                     if isinstance(n, BufferStore) and n.buffer is buf else None)
     return bool(found)
 
 
 def _guarded(body, buf: Buffer) -> bool:
     """Whether an access to ``buf`` sits under an ``if`` inside ``body``."""
     hit = []
-
-    def visit(n):
-        if isinstance(n, IfThenElse) and _accesses(n, buf):
-            hit.append(n)
-    post_order_visit(body, visit)
+    post_order_visit(body, lambda n: hit.append(n)
+                     if isinstance(n, IfThenElse) and _accesses(n, buf) else None)
     return bool(hit)
-
-
-def _region(loop: For, accesses) -> Optional[Tuple[List, List[int]]]:
-    """(the start of each dimension, its constant extent) of what every iteration of ``loop``
-    touches, or None: an index that uses the loop's variable, starts that differ between
-    accesses, or an extent that is not a constant."""
-    v = loop.loop_var
-    lows, highs = None, None
-    ana = Analyzer()
-    for indices, loops in accesses:
-        if any(uses_var(i, v) for i in indices):
-            return None
-        inner = [f for f in loops if f is not loop]
-        relax = loop_ranges(inner)
-        lo_hi = []
-        for idx in indices:
-            lo, hi = bound(ana.simplify(idx), relax)
-            if lo is None or not free_of(lo, relax) or not free_of(hi, relax):
-                return None
-            lo_hi.append((ana.simplify(lo), ana.simplify(hi)))
-        if lows is None:
-            lows, highs = [lo for lo, _ in lo_hi], [hi for _, hi in lo_hi]
-            continue
-        for d, (lo, hi) in enumerate(lo_hi):
-            if not isinstance(ana.simplify(lo - lows[d]), IntImm) or \
-                    ana.simplify(lo - lows[d]).value != 0 or \
-                    not isinstance(ana.simplify(hi - highs[d]), IntImm) or \
-                    ana.simplify(hi - highs[d]).value != 0:
-                return None
-    extents = []
-    for lo, hi in zip(lows, highs):
-        e = ana.simplify(hi - lo + 1)
-        if not isinstance(e, IntImm) or e.value < 1:
-            return None
-        extents.append(e.value)
-    return lows, extents
 
 
 def _copy(extents: List[int], store, tag: str):
     """A loop nest over ``extents`` (the last vectorized, the others unrolled) around
     ``store(indices)``."""
-    js = [Var(f"acc_{tag}{d}") for d in range(len(extents))]
+    js = tuple(Var(f"acc_{tag}{d}") for d in range(len(extents)))
     body = store(js)
     for d in reversed(range(len(extents))):
         kind = "vectorized" if d == len(extents) - 1 else "unrolled"
         body = For(js[d], IntImm(0, js[d].dtype), IntImm(extents[d], js[d].dtype), kind, body)
     return body
-

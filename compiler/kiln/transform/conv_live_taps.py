@@ -112,14 +112,15 @@ def conv_live_taps(ctx: Optional[PassContext] = None) -> Pass:
     context(ctx)
 
     def replace(b: Binding, em) -> Optional[Call]:
-        plan = _plan(b.value)
-        return None if plan is None else _banded_conv(b.var, b.value, plan, em)
+        geometry = _geometry(b.value)
+        plan = None if geometry is None else _plan(geometry)
+        return None if plan is None else _banded_conv(b.var, b.value, geometry, plan, em)
     return Pass("conv_live_taps", lambda mod: rewrite_calls(mod, replace))
 
 
 def _geometry(call: Call):
-    """(input shape, output shape, weight, strides, dilation, before, after) of a conv this
-    pass can rewrite, else None."""
+    """(input shape, output shape, weight, strides, dilation, before) of a conv this pass can
+    rewrite, else None."""
     if call.op != "conv2d" or len(call.args) != 2:
         return None
     x, w = call.args
@@ -130,17 +131,14 @@ def _geometry(call: Call):
     attrs = dict(call.attrs)
     strides = _tuple("conv2d", "strides", attrs.get("strides", 1), 2)
     dilation = _tuple("conv2d", "dilation", attrs.get("dilation", 1), 2)
-    before, after = _padding("conv2d", attrs.get("padding", 0), 2)
-    return (x.ty.static_shape(), call.ty.static_shape(), w, strides, dilation, before, after)
+    before, _ = _padding("conv2d", attrs.get("padding", 0), 2)
+    return x.ty.static_shape(), call.ty.static_shape(), w, strides, dilation, before
 
 
-def _plan(call: Call) -> Optional[Tuple[List[Band], List[Band]]]:
+def _plan(geometry) -> Optional[Tuple[List[Band], List[Band]]]:
     """Per spatial axis, the bands to compute (``axis_plan``; an axis left whole is one band
     of all its taps), or None when neither axis changes."""
-    g = _geometry(call)
-    if g is None:
-        return None
-    x_shape, y_shape, w, strides, dilation, before, _ = g
+    x_shape, y_shape, w, strides, dilation, before = geometry
     plans = [axis_plan(x_shape[2 + a], y_shape[2 + a], w.data.shape[2 + a], strides[a],
                        dilation[a], before[a]) for a in range(2)]
     if plans == [None, None]:
@@ -149,26 +147,22 @@ def _plan(call: Call) -> Optional[Tuple[List[Band], List[Band]]]:
                  for a, p in enumerate(plans))
 
 
-def _banded_conv(var: GraphVar, call: Call, plan, em) -> Call:
+def _banded_conv(var: GraphVar, call: Call, geometry, plan, em) -> Call:
     """The value of ``var``: one conv per pair of bands, concatenated along the width, then
     the height (``plan`` from ``_plan``)."""
-    x_shape, _, w, strides, dilation, before, _ = _geometry(call)
+    x_shape, _, w, strides, dilation, before = geometry
     groups = dict(call.attrs).get("groups", 1)
-    x = call.args[0]
+
+    def bound(name, value):
+        return em.emit(Binding(GraphVar(name, value.ty), value))
     rows = []
     for i, by in enumerate(plan[0]):
-        row = []
-        for j, bx in enumerate(plan[1]):
-            piece = _band_conv(x, x_shape, w, (by, bx), strides, dilation, before, groups, em)
-            row.append(piece if len(plan[1]) == 1 and len(plan[0]) == 1 else
-                       em.emit(Binding(GraphVar(f"{var.name}_band{i}_{j}", piece.ty), piece)))
-        if len(row) == 1:
-            rows.append(row[0])
-        else:
-            c = ops.call("concat", *row, axis=3)
-            rows.append(c if len(plan[0]) == 1 else
-                        em.emit(Binding(GraphVar(f"{var.name}_band{i}", c.ty), c)))
-    result = rows[0] if len(rows) == 1 else ops.call("concat", *rows, axis=2)
+        row = [_band_conv(call.args[0], x_shape, w, (by, bx), strides, dilation, before, groups, em)
+               for bx in plan[1]]
+        rows.append(row[0] if len(row) == 1 else ops.call(
+            "concat", *[bound(f"{var.name}_band{i}_{j}", p) for j, p in enumerate(row)], axis=3))
+    result = rows[0] if len(rows) == 1 else ops.call(
+        "concat", *[bound(f"{var.name}_band{i}", r) for i, r in enumerate(rows)], axis=2)
     if result.ty.static_shape() != var.ty.static_shape():
         raise AssertionError(f"conv_live_taps: {var.name} became {result.ty}, not {var.ty}")
     return result

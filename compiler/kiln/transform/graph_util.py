@@ -117,7 +117,8 @@ def rewrite_function(func: Function, visit: Callable[[Binding, Emitter, BindingB
     return Function(func.params if params is None else params, blocks, body, func.attrs)
 
 
-def rewrite_calls(mod: IRModule, replace: Callable[[Binding, Emitter], Optional[GraphExpr]]) -> IRModule:
+def rewrite_calls(mod: IRModule,
+                  replace: Callable[[Binding, Emitter], Optional[GraphExpr]]) -> IRModule:
     """``mod`` with each call binding of its graph functions given to ``replace(binding,
     emitter)``, which returns the variable's new value (emitting any parts it needs first with
     ``emitter.emit``) or None to keep the binding. A function nothing replaced in is kept as

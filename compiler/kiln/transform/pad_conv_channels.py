@@ -29,14 +29,13 @@ over 224 x 224 (before its pixel shuffle) took 6.0 ms unblocked; padded to 16 th
 112 x 112 (AVX-512): 9 -> 16 channels 0.88 of the time, 20 -> 32 0.82, 12 -> 16 1.09 (0.92 at
 224 x 224); 3 or 5 channels (more than double) stay as they are (padded: 1.11, 1.07).
 
-Otherwise only where that costs at most an eighth more channels, for a conv2d with a constant weight,
-groups 1 and static float32 shapes whose result flows into no conv or pool that the layout
-pass keeps channel-blocked (the slice would cut a blocked chain from conv to conv); a grouped
-conv, or one over a channel count 8 does not divide, reads NCHW anyway, and so does a concat
-with a part that 8 does not divide (ShuffleNetV2's branches: 12% faster at one thread, 9% at
-two, once the last conv of each branch is padded too). RegNetY-400MF (104 and
-440 channels before its grouped convs) 3% faster at one thread, ShuffleNetV2 (116 before
-depthwise convs) 4%.
+Otherwise only where that costs at most an eighth more channels. Always only for a conv2d with a
+constant weight, groups 1 and static float32 shapes whose result flows into no conv or pool that
+the layout pass keeps channel-blocked (the slice would cut a blocked chain from conv to conv); a
+grouped conv, or one over a channel count 8 does not divide, reads NCHW anyway, and so does a
+concat with a part that 8 does not divide (ShuffleNetV2's branches: 12% faster at one thread, 9%
+at two, once the last conv of each branch is padded too). RegNetY-400MF (104 and 440 channels
+before its grouped convs) 3% faster at one thread, ShuffleNetV2 (116 before depthwise convs) 4%.
 ``PassContext(conv_blocking=False)`` leaves every conv unblocked, and this pass then does
 nothing.
 """

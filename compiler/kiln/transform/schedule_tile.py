@@ -462,8 +462,7 @@ def schedule_contraction(sch: Schedule, c: Contraction, ctx: PassContext, kind: 
         options = k_unroll_options(k_in)
         # (With K in chunks the tile's accumulators cross the chunks in a larger buffer;
         # ``lower.promote_accumulators`` keeps them in registers over each chunk's loop.)
-        default = k_unroll(step, options)
-        ku = decide.choose("ku", options, default=default)
+        ku = decide.choose("ku", options, default=k_unroll(step, options))
         if ku > 1:
             k0, k1 = sch.split(reduce[0], [None, ku])
             sch.unroll(k1)

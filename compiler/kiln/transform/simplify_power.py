@@ -16,8 +16,9 @@ with ``c1`` unknown and calls libm's ``powf`` for every element: a LLaMA-style R
 The exponent must be a float constant whose every element is the same value (a scalar, or a
 broadcast of one), and the result must have the base's shape and dtype (an exponent that
 broadcasts the base to a larger shape is left as it is). ``x * x`` and ``1 / x`` are the
-correctly rounded values that ``pow`` returns, ``x * x * x`` within an ulp of it; ``sqrt`` differs from ``pow(x, 0.5)`` only at
--0 and -inf (IEEE 754's ``pow`` gives +0 and +inf there; ``sqrt`` -0 and NaN).
+correctly rounded values that ``pow`` returns, ``x * x * x`` within an ulp of it; ``sqrt``
+differs from ``pow(x, 0.5)`` only at -0 and -inf (IEEE 754's ``pow`` gives +0 and +inf there;
+``sqrt`` -0 and NaN).
 """
 from __future__ import annotations
 
