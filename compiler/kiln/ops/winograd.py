@@ -398,3 +398,53 @@ register("winograd_output", infer=_infer_output, compute=_compute_output, refere
              "output transform A^T M A of every tile, written as the NCHW result [N, O, OH, OW] "
              "(tiles cropped to out_size), or channel-blocked [N, O/b, OH, OW, b] with "
              "layout='NCHW<b>c'; m is [alpha, alpha, N*TH*TW, O] from winograd_gemm.")
+
+
+# ---- winograd_conv: the three stages in one kernel ----------------------------------------------
+
+def _conv_attrs(attrs):
+    a = get_attrs("winograd_conv", attrs, padding=(0, 0, 0, 0), tile=4, out_channels=None,
+                  layout="NCHW")
+    return ({"padding": a["padding"], "tile": a["tile"]},
+            {"out_channels": a["out_channels"]},
+            {"tile": a["tile"], "layout": a["layout"]})
+
+
+def _conv_types(types, attrs):
+    """The types of V, M and the result, each checked by its stage's own rule."""
+    x, u = tensor_args("winograd_conv", types, names=("x", "u"), count=2)
+    in_a, gemm_a, out_a = _conv_attrs(attrs)
+    v = _infer_input([x], in_a)
+    m = _infer_gemm([v, u], gemm_a)
+    oh, ow = _input_geometry("winograd_conv", x, in_a)[6]
+    return v, m, dict(out_a, out_size=(oh, ow))
+
+
+def _infer_conv(types, attrs):
+    _, m, out_a = _conv_types(types, attrs)
+    return _infer_output([m], out_a)
+
+
+def _compute_conv(args, attrs):
+    x, u = args
+    _, _, out_a = _conv_types([TensorType(x.shape, x.dtype), TensorType(u.shape, u.dtype)], attrs)
+    in_a, gemm_a, _ = _conv_attrs(attrs)
+    v = _compute_input([x], in_a)
+    return _compute_output([_compute_gemm([v, u], gemm_a)], out_a)
+
+
+def _ref_conv(x, u, padding=(0, 0, 0, 0), tile=4, out_channels=None, layout="NCHW"):
+    _, _, out_a = _conv_types([TensorType(x.shape, str(x.dtype)), TensorType(u.shape, str(u.dtype))],
+                              {"padding": padding, "tile": tile, "out_channels": out_channels,
+                               "layout": layout})
+    v = _ref_input(x, padding=padding, tile=tile)
+    return _ref_output(_ref_gemm(v, u, out_channels=out_channels), **out_a)
+
+
+register("winograd_conv", infer=_infer_conv, compute=_compute_conv, reference=_ref_conv,
+         pattern="out_fusable", num_args=2,
+         doc="winograd_conv(x, u, padding=(0, 0, 0, 0), tile=4, out_channels=None, "
+             "layout='NCHW'): winograd_output(winograd_gemm(winograd_input(x), u)) as one "
+             "operator, so that one kernel runs the three stages per block of tiles and V and M "
+             "never reach memory (transform/fuse_winograd.py); x NCHW or NCHW[b]c, the result "
+             "NCHW or in layout's channel blocks, the conv's output size.")

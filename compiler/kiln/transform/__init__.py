@@ -9,6 +9,8 @@
 - ``default_schedule()``: a schedule per kernel kind for every unscheduled tensor program
 - ``conv_winograd()``: 3x3 stride-1 conv2d as Winograd F(4x4 or 2x2, 3x3) where a cost rule says
   it is faster; ``default_schedule`` schedules its transform kernels (docs/winograd.md)
+- ``fuse_winograd()``: a Winograd conv whose V and M would not fit in L2 as one kernel, run per
+  block of tiles (docs/winograd.md)
 - ``conv_live_taps()``: a conv computes only the taps that read its input (a dilated conv over a
   small map: DeepLabV3's ASPP), trimmed or split into bands
 - ``fuse_attention()``: softmax(q @ kt * scale + mask) @ v -> one ``attention`` call, one kernel
@@ -36,6 +38,7 @@ from .fuse_ops import fuse_ops
 from .default_schedule import default_schedule
 from .conv_winograd import conv_winograd
 from .conv_live_taps import conv_live_taps
+from .fuse_winograd import fuse_winograd
 from .fuse_attention import fuse_attention
 from .layout_nchwc import convert_layout_nchwc
 from .pipeline import get_pipeline
@@ -43,4 +46,4 @@ from .well_formed import WellFormedError, check_well_formed
 
 __all__ = ["Pass", "PassContext", "Sequential", "BindParams", "BindParamsError", "LegalizeError", "bind_params",
            "legalize", "fold_constant", "dead_code_elimination", "eliminate_common_subexpr",
-           "fuse_ops", "default_schedule", "conv_winograd", "conv_live_taps", "fuse_attention", "convert_layout_nchwc", "get_pipeline", "WellFormedError", "check_well_formed"]
+           "fuse_ops", "default_schedule", "conv_winograd", "fuse_winograd", "conv_live_taps", "fuse_attention", "convert_layout_nchwc", "get_pipeline", "WellFormedError", "check_well_formed"]

@@ -33,6 +33,9 @@
                              (docs/layout.md; PassContext(nchwc_layout=False): off)
     fold_channel_scale       a squeeze-and-excitation gate scales the next 1x1 conv's weight,
                              not the activation (where the weight is the smaller)
+    fuse_winograd            a Winograd conv whose V and M would not fit in L2 and whose
+                             transformed weight does: its three operators as one, run
+                             per block of tiles (ESPCN's 224 x 224 layer)
     fuse_ops                 operator groups -> one tensor program each (weights of
                              linear/matmul that are constants get a pack call_tir)
     legalize                 the remaining single operators -> tensor programs
@@ -60,6 +63,7 @@ from .fuse_attention import fuse_attention
 from .flatten_matmul_rows import flatten_matmul_rows
 from .fold_channel_scale import fold_channel_scale
 from .fuse_ops import fuse_ops
+from .fuse_winograd import fuse_winograd
 from .infra import Pass, PassContext, Sequential, context
 from .layout_nchwc import convert_layout_nchwc
 from .pad_conv_channels import pad_conv_channels
@@ -85,6 +89,7 @@ def _default(ctx: PassContext) -> List[Pass]:
         fuse_attention(ctx),
         flatten_matmul_rows(ctx),
         *([convert_layout_nchwc(ctx), fold_channel_scale(ctx)] if ctx.nchwc_layout else []),
+        *([fuse_winograd(ctx)] if ctx.winograd else []),
         fuse_ops(ctx),
         legalize(ctx),
         fold_constant(ctx),

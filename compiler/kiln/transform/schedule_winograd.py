@@ -30,7 +30,7 @@ runs on the thread pool; default when the kernel is big enough).
 """
 from __future__ import annotations
 
-from typing import Tuple
+from typing import List, Optional, Tuple
 
 from ..ir import IRModule, PrimFunc
 from ..schedule import LoopRV, Schedule, ScheduleError
@@ -40,6 +40,7 @@ from .schedule_rules import consumers, find, inline_intermediates, loop_rvs, par
 
 INPUT, OUTPUT = "winograd_input", "winograd_output"
 PAD, ROWS, OUT_ROWS = "winograd_pad", "winograd_rows", "winograd_out_rows"
+CONV, GEMM = "winograd_conv", "winograd_gemm"      # the fused kernel's anchor; its contraction
 
 
 def channel_chunk(channels: int, ctx: PassContext) -> int:
@@ -54,14 +55,14 @@ def channel_chunk(channels: int, ctx: PassContext) -> int:
     return channels if channels <= lanes else lanes
 
 
-def _chunk(channels: int, ctx: PassContext, decide: Decisions) -> int:
-    """The ``chunk`` decision: ``channel_chunk`` by default, or another legal width (a
-    multiple of 4 dividing ``channels``, up to 4 machine vectors, or the whole axis)."""
+def _chunk(channels: int, ctx: PassContext, decide: Decisions, name: str = "chunk") -> int:
+    """The ``chunk`` decision (or ``name``): ``channel_chunk`` by default, or another legal
+    width (a multiple of 4 dividing ``channels``, up to 4 machine vectors, or the whole axis)."""
     default = channel_chunk(channels, ctx)
     lanes = getattr(ctx, "simd_lanes", None) or 8
     options = [c for c in range(4, 4 * lanes + 1, 4) if channels % c == 0 and c < channels]
     options += [c for c in (channels, default) if c <= 4 * lanes or c == default]
-    return decide.choose("chunk", sorted(set(options)), default=default)
+    return decide.choose(name, sorted(set(options)), default=default)
 
 
 def _split(sch: Schedule, loop: LoopRV, extent: int, factor: int):
@@ -84,12 +85,13 @@ def _parallel(sch: Schedule, loops, default: bool, decide: Decisions) -> bool:
     return True
 
 
-def _schedule_input(func: PrimFunc, ctx: PassContext, decide: Decisions) -> Tuple[PrimFunc, str]:
-    sch = Schedule(IRModule({"main": func}), "main")
-    info = find(sch.func, INPUT)
-    alpha, _, tiles, chans = [static_extent(f) for f in info.loops]
-    a, b, t, c = loop_rvs(info)
-    chunk = _chunk(chans, ctx, decide)
+def _input_transform(sch: Schedule, loops, chans: int, ctx: PassContext, decide: Decisions,
+                     name: str = "chunk") -> Tuple[int, Optional[LoopRV]]:
+    """``winograd_input``'s loops (a, b, t, c) as (t, channel chunk, a, b (unrolled), lanes),
+    ``winograd_rows`` computed at ``a`` (``B^T d``, a few vectors); returns the chunk and the
+    chunk loop (None when one chunk covers the channels)."""
+    a, b, t, c = loops
+    chunk = _chunk(chans, ctx, decide, name)
     c0, c1 = _split(sch, c, chans, chunk)
     sch.reorder(*[lp for lp in (t, c0, a, b, c1) if lp is not None])
     sch.compute_at(sch.get_block(ROWS), a)
@@ -99,70 +101,97 @@ def _schedule_input(func: PrimFunc, ctx: PassContext, decide: Decisions) -> Tupl
     sch.unroll(rows[-2])
     sch.vectorize(rows[-1])
     sch.vectorize(c1)
+    return chunk, c0
+
+
+def _pad_copy(sch: Schedule, chans: int) -> Tuple[list, bool]:
+    """The NHWC padded copy ``winograd_pad`` vectorized along channels: a gather from the
+    channel planes and one contiguous store per pixel (measured 1.9x faster than contiguous
+    loads along the rows with one store per channel, for 64 channels at 56 x 56); from a
+    channel-blocked input, in steps of its block, so that each step's loads are contiguous
+    (``x[n, ch // b, y, x, ch % b]`` with ``ch = c_0 * b + c_1``). Returns the copy's outer
+    loops and whether the input is channel-blocked."""
+    pad = find(sch.func, PAD)
+    *outer, ch = loop_rvs(pad)
+    x_shape = [b for b in pad.read() if b in params_of(sch.func)][0].shape
+    blocked = len(x_shape) == 5
+    if blocked:
+        block = int(x_shape[4].value)
+        if block < chans:
+            ch = sch.split(ch, [None, block])[1]
+    sch.vectorize(ch)
+    return outer, blocked
+
+
+def _schedule_input(func: PrimFunc, ctx: PassContext, decide: Decisions) -> Tuple[PrimFunc, str]:
+    sch = Schedule(IRModule({"main": func}), "main")
+    info = find(sch.func, INPUT)
+    alpha, _, tiles, chans = [static_extent(f) for f in info.loops]
+    a, b, t, c = loop_rvs(info)
+    chunk, c0 = _input_transform(sch, (a, b, t, c), chans, ctx, decide)
     parts = [f"winograd input: channels {chunk}", "rows at tile"]
     par = _parallel(sch, [t, c0], _big(alpha * alpha * tiles * chans, ctx), decide)
     if par:
         parts.append("parallel")
-    # The NHWC padded copy, vectorized along channels: a gather from the channel planes and
-    # one contiguous store per pixel (measured 1.9x faster than contiguous loads along the
-    # rows with one store per channel, for 64 channels at 56 x 56); parallel with the rest.
-    pad = find(sch.func, PAD)
-    n, yy, xx, ch = loop_rvs(pad)
-    x_shape = [b for b in pad.read() if b in params_of(sch.func)][0].shape
-    if len(x_shape) == 5:
-        # A channel-blocked input: the channels in steps of its block, so that each step's
-        # loads are contiguous (x[n, ch // b, y, x, ch % b] with ch = c_0 * b + c_1).
-        block = int(x_shape[4].value)
-        if block < chans:
-            ch = sch.split(ch, [None, block])[1]
+    # The padded copy is its own pass over the input, parallel with the rest.
+    (n, yy, _), blocked = _pad_copy(sch, chans)
+    if blocked:
         parts.append("input nchwc")
-    sch.vectorize(ch)
     if par:
         sch.parallel(sch.fuse(n, yy))
     parts.append("pad vectorized")
     return sch.func, ", ".join(parts)
 
 
-def _schedule_output(func: PrimFunc, ctx: PassContext, decide: Decisions) -> Tuple[PrimFunc, str]:
-    sch = Schedule(IRModule({"main": func}), "main")
-    # Epilogue intermediates (batch-norm scale, bias chains) inline into the last epilogue
-    # block, which then joins the output transform's store.
-    inline_intermediates(sch, lambda b: b.name in (OUTPUT, OUT_ROWS))
+def _inline_epilogue(sch: Schedule, keep) -> int:
+    """Inline the conv's fused epilogue into the output transform's store: its intermediates
+    (batch-norm scale, bias chains) into the last epilogue block, which then joins the
+    ``winograd_output`` block; ``keep`` names the blocks not to inline. Returns how many
+    epilogue blocks joined."""
+    inline_intermediates(sch, lambda b: b.name in keep)
     epilogue = 0
     while True:
         out = find(sch.func, OUTPUT)
         buf = out.written()[0]
         if buf in params_of(sch.func):
-            break
+            return epilogue
         users = consumers(sch.func, buf)
         if len(users) != 1:
             raise ScheduleError(f"winograd output: {len(users)} blocks read its result", sch.func)
         sch.reverse_compute_inline(users[0].rv)
         epilogue += 1
+
+
+def _output_transform(sch: Schedule, ctx: PassContext, decide: Decisions,
+                      tiles_per_block: Optional[int] = None) -> dict:
+    """The output loops as (n, tile row, tile column, channel chunk, i, j (unrolled), lanes),
+    ``winograd_out_rows`` (``A^T M``, ``m x alpha`` vectors) computed at the chunk. With
+    ``tiles_per_block``, the tile columns split into blocks of that many (the fused kernel's
+    blocks of tiles, outside the chunks). Returns the loops and sizes by name."""
     out = find(sch.func, OUTPUT)
-    rows = find(sch.func, OUT_ROWS)
-    m = static_extent(rows.loops[0])
-    if len(out.loops) == 5:
+    m = static_extent(find(sch.func, OUT_ROWS).loops[0])
+    blocked = len(out.loops) == 5
+    if blocked:
         # Channel-blocked output [N, O/b, OH, OW, b]: chunks within a block, so that each
         # store is a contiguous vector.
         _, blocks, oh, ow, block = [static_extent(f) for f in out.loops]
         n, q, y, x, r = loop_rvs(out)
         chunk = _chunk(block, ctx, decide)
-        ty, i = _split(sch, y, oh, m)
-        tx, j = _split(sch, x, ow, m)
         r0, o1 = _split(sch, r, block, chunk)
-        o0 = r0 if r0 is not None else q
-        sch.reorder(*[lp for lp in (n, ty, tx, q, r0, i, j, o1) if lp is not None])
-        chans = blocks * block
+        chans, chunk_loops = blocks * block, [q, r0]
     else:
         _, chans, oh, ow = [static_extent(f) for f in out.loops]
         n, o, y, x = loop_rvs(out)
         chunk = _chunk(chans, ctx, decide)
-        ty, i = _split(sch, y, oh, m)
-        tx, j = _split(sch, x, ow, m)
         o0, o1 = _split(sch, o, chans, chunk)
-        sch.reorder(*[lp for lp in (n, ty, tx, o0, i, j, o1) if lp is not None])
-    at = o0 if o0 is not None else (tx if tx is not None else (ty if ty is not None else n))
+        chunk_loops = [o0]
+    ty, i = _split(sch, y, oh, m)
+    tx, j = _split(sch, x, ow, m)
+    tx0 = None
+    if tiles_per_block is not None and tx is not None:
+        tx0, tx = _split(sch, tx, -(-ow // m), tiles_per_block)
+    sch.reorder(*[lp for lp in [n, ty, tx0, tx] + chunk_loops + [i, j, o1] if lp is not None])
+    at = next(lp for lp in chunk_loops[::-1] + [tx, tx0, ty, n] if lp is not None)
     sch.compute_at(sch.get_block(OUT_ROWS), at)
     r_loops = sch.get_loops(sch.get_block(OUT_ROWS))
     for lp in r_loops[-3:-1]:
@@ -171,15 +200,116 @@ def _schedule_output(func: PrimFunc, ctx: PassContext, decide: Decisions) -> Tup
     sch.unroll(i)
     sch.unroll(j)
     sch.vectorize(o1)
-    parts = [f"winograd output: tile {m}x{m}, channels {chunk}", "rows at tile",
+    return dict(n=n, ty=ty, tx0=tx0, tx=tx, m=m, chunk=chunk, chans=chans, oh=oh, ow=ow,
+                blocked=blocked)
+
+
+def _schedule_output(func: PrimFunc, ctx: PassContext, decide: Decisions) -> Tuple[PrimFunc, str]:
+    sch = Schedule(IRModule({"main": func}), "main")
+    epilogue = _inline_epilogue(sch, (OUTPUT, OUT_ROWS))
+    lp = _output_transform(sch, ctx, decide)
+    m = lp["m"]
+    parts = [f"winograd output: tile {m}x{m}, channels {lp['chunk']}", "rows at tile",
              f"epilogue {'inlined' if epilogue else 'none'}"]
-    if len(out.loops) == 5:
+    if lp["blocked"]:
         parts.append("output nchwc")
-    if _parallel(sch, [n, ty, tx], _big(chans * oh * ow, ctx), decide):
+    if _parallel(sch, [lp["n"], lp["ty"], lp["tx"]], _big(lp["chans"] * lp["oh"] * lp["ow"], ctx),
+                 decide):
+        parts.append("parallel")
+    return sch.func, ", ".join(parts)
+
+
+def tiles_per_block(tile_cols: int, alpha: int, channels: int, out_channels: int,
+                    ctx: PassContext) -> int:
+    """The fused kernel's tiles per block (decision ``tiles``), along one tile row: the whole
+    row when its V and M blocks take at most half of L2, else the largest divisor of the row
+    that does (ESPCN's 56 tiles of 64 -> 32 channels: the row, 774 KB). A row measured 6.2 ms
+    against 6.6 for 14 tiles and 7.4 for 7 (Xeon, AVX-512, one thread)."""
+    per_tile = alpha * alpha * (channels + out_channels) * 4
+    fits = [d for d in range(1, tile_cols + 1)
+            if tile_cols % d == 0 and d * per_tile <= ctx.machine.l2_bytes // 2]
+    return max(fits) if fits else 1
+
+
+def _gemm_tile(sch: Schedule, tiles: int, panel: int, ctx: PassContext,
+               decide: Decisions) -> Tuple[int, int]:
+    """The contraction of a block, ``M[a, b, t, o] += V[a, b, t, c] * U[o // P, a, b, c, o % P]``,
+    as a register tile of ``mr`` tiles (unrolled) x ``np`` panels of ``P`` output channels
+    (unrolled, each panel's lanes vectorized), the channels ``c`` streamed outside them: loops
+    (a, b, tile rows, panel groups, c, tile, panel, lane). Decisions ``mr`` (dividing the
+    block's tiles: a guarded last tile, 56 tiles in 4 of 12 and one of 8, ran 3.8x slower than
+    7 of 8) and ``panels`` (dividing the panels); by default up to 4 vectors of panels and as
+    many tiles as ``tile_accumulators`` allows. Returns (mr, np)."""
+    gemm = sch.get_block(GEMM)
+    a, b, t, o, rc = sch.get_loops(gemm)[-5:]
+    out_channels = static_extent(sch._loop(o)[0])
+    lanes = ctx.simd_lanes
+    panels = out_channels // panel
+    vecs = max(1, panel // lanes)
+    np_options = [d for d in range(1, panels + 1) if panels % d == 0]
+    np_ = decide.choose("panels", np_options,
+                        default=max(d for d in np_options if d * vecs <= 4 or d == 1))
+    mr_options = [d for d in range(1, min(tiles, 16) + 1) if tiles % d == 0]
+    fit = [d for d in mr_options if d * np_ * vecs <= ctx.tile_accumulators]
+    mr = decide.choose("mr", mr_options, default=max(fit) if fit else 1)
+    t0, t1 = sch.split(t, [None, mr])
+    po, lane = sch.split(o, [None, panel])
+    p0, p1 = sch.split(po, [None, np_])
+    sch.reorder(a, b, t0, p0, rc, t1, p1, lane)
+    sch.decompose_reduction(gemm, rc)
+    sch.unroll(t1)
+    sch.unroll(p1)
+    sch.vectorize(lane)
+    sch.vectorize(sch.get_loops(sch.get_block(GEMM + "_init"))[-1])
+    return mr, np_
+
+
+def _schedule_conv(func: PrimFunc, ctx: PassContext, decide: Decisions) -> Tuple[PrimFunc, str]:
+    """``winograd_conv`` (``transform/fuse_winograd.py``), the three stages per block of tiles
+    of one tile row::
+
+        for n, tile row, block of tiles (parallel):
+            winograd_pad     the block's input rows, NHWC                  (as winograd_input)
+            winograd_input   V of the block's tiles: [alpha, alpha, tiles, C]
+            winograd_gemm    M of the block: a register tile over channels (``_gemm_tile``)
+            for tile, channel chunk:  A^T M A and the epilogue             (as winograd_output)
+
+    V, M and the padded rows are scratch blocks of the block's size (``lower/compact.py``),
+    per task, so they stay in L2; the weight U is read by every block."""
+    sch = Schedule(IRModule({"main": func}), "main")
+    epilogue = _inline_epilogue(sch, (OUTPUT, OUT_ROWS, INPUT, ROWS, PAD))
+    alpha, _, _, chans = [static_extent(f) for f in find(sch.func, INPUT).loops]
+    gemm = find(sch.func, GEMM)
+    out_channels = static_extent(gemm.loops[3])
+    u = next(b for b in gemm.read() if b in params_of(sch.func) and len(b.shape) == 5)
+    panel = int(u.shape[4].value)
+    m = alpha - 2
+    tile_cols = -(-static_extent(find(sch.func, OUTPUT).loops[3]) // m)
+    options = [d for d in range(1, tile_cols + 1) if tile_cols % d == 0]
+    tiles = decide.choose("tiles", options,
+                          default=tiles_per_block(tile_cols, alpha, chans, out_channels, ctx))
+    lp = _output_transform(sch, ctx, decide, tiles_per_block=tiles)
+    at = next(x for x in (lp["tx0"], lp["ty"], lp["n"]) if x is not None)
+    sch.compute_at(sch.get_block(GEMM), at)
+    sch.compute_at(sch.get_block(INPUT), at)
+    in_chunk, _ = _input_transform(sch, sch.get_loops(sch.get_block(INPUT))[-4:], chans, ctx,
+                                   decide, "in_chunk")
+    sch.compute_at(sch.get_block(PAD), at)
+    _, blocked = _pad_copy(sch, chans)
+    mr, np_ = _gemm_tile(sch, tiles, panel, ctx, decide)
+    parts = [f"winograd conv: tile {m}x{m}, blocks of {tiles} tiles",
+             f"gemm tile {mr}x{np_ * panel}", f"channels {in_chunk} in, {lp['chunk']} out",
+             f"epilogue {'inlined' if epilogue else 'none'}"]
+    if blocked:
+        parts.append("input nchwc")
+    if lp["blocked"]:
+        parts.append("output nchwc")
+    work = alpha * alpha * tile_cols * -(-lp["oh"] // m) * chans * out_channels
+    if _parallel(sch, [lp["n"], lp["ty"], lp["tx0"]], _big(work, ctx), decide):
         parts.append("parallel")
     return sch.func, ", ".join(parts)
 
 
 # The rules by kernel anchor (``kiln.anchor``): ``rule(func, ctx, decide) -> (func, description)``,
 # the signature of ``default_schedule``'s rules, so its dispatch can call them directly.
-RULES = {INPUT: _schedule_input, OUTPUT: _schedule_output}
+RULES = {INPUT: _schedule_input, OUTPUT: _schedule_output, CONV: _schedule_conv}
