@@ -120,7 +120,7 @@ def test_fused_conv_in_the_channel_blocked_layout():
     np.testing.assert_allclose(run(out, [xv], 2), want, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("fixed", [{"tiles": 2, "mr": 1}, {"tiles": 4, "mr": 4, "panels": 1},
+@pytest.mark.parametrize("fixed", [{"tiles": 2, "mr": 1}, {"tiles": 4, "mr": 4, "vectors": 1},
                                    {"in_chunk": 4, "chunk": 8, "parallel": False}])
 def test_decisions_change_the_program_not_the_result(fixed):
     mod, w, extra = conv_model((1, 16, 32, 32), 32, epilogue="bias_relu")

@@ -231,37 +231,64 @@ def tiles_per_block(tile_cols: int, alpha: int, channels: int, out_channels: int
     return max(fits) if fits else 1
 
 
+def gemm_tile(tiles: int, panel: int, out_channels: int, ctx: PassContext) -> Tuple[int, int]:
+    """The default register tile of the fused contraction: (``mr`` tiles, ``vectors`` of
+    output channels), ``mr`` dividing the block's tiles, ``vectors`` a divisor of a panel's
+    vectors or whole panels; the most accumulators within ``tile_accumulators``, then the most
+    multiply-adds per load (``mr x v / (mr + v)``). ESPCN's 56 tiles of 32 channels: 8 x 2;
+    ResNet-18's 14 tiles of 64 channels (panels of 64): 7 x 2, not 2 x 4."""
+    best = None
+    for v in vector_options(panel, out_channels, ctx):
+        fit = [d for d in range(1, min(tiles, 16) + 1)
+               if tiles % d == 0 and d * v <= ctx.tile_accumulators]
+        mr = max(fit) if fit else 1
+        score = (mr * v, mr * v / (mr + v))
+        if best is None or score > best[0]:
+            best = (score, mr, v)
+    return best[1], best[2]
+
+
+def vector_options(panel: int, out_channels: int, ctx: PassContext) -> List[int]:
+    """The register tile's widths in vectors: part of one panel (a divisor of its vectors) or
+    whole panels (a divisor of their number)."""
+    vecs = max(1, panel // ctx.simd_lanes)
+    panels = out_channels // panel
+    return [d for d in range(1, vecs + 1) if vecs % d == 0] + \
+        [vecs * k for k in range(2, panels + 1) if panels % k == 0]
+
+
 def _gemm_tile(sch: Schedule, tiles: int, panel: int, ctx: PassContext,
                decide: Decisions) -> Tuple[int, int]:
     """The contraction of a block, ``M[a, b, t, o] += V[a, b, t, c] * U[o // P, a, b, c, o % P]``,
-    as a register tile of ``mr`` tiles (unrolled) x ``np`` panels of ``P`` output channels
-    (unrolled, each panel's lanes vectorized), the channels ``c`` streamed outside them: loops
-    (a, b, tile rows, panel groups, c, tile, panel, lane). Decisions ``mr`` (dividing the
-    block's tiles: a guarded last tile, 56 tiles in 4 of 12 and one of 8, ran 3.8x slower than
-    7 of 8) and ``panels`` (dividing the panels); by default up to 4 vectors of panels and as
-    many tiles as ``tile_accumulators`` allows. Returns (mr, np)."""
+    as a register tile of ``mr`` tiles (unrolled) x ``v`` vectors of output channels (within a
+    panel of ``P``, or whole panels, unrolled), the channels ``c`` streamed outside them:
+    loops (a, b, tile rows, column groups, c, tile, [panel,] lanes). Decisions ``mr`` (dividing
+    the block's tiles: a guarded last tile, 56 tiles in 4 of 12 and one of 8, ran 3.8x slower
+    than 7 of 8) and ``vectors``; defaults from ``gemm_tile``. Returns (mr, v)."""
     gemm = sch.get_block(GEMM)
     a, b, t, o, rc = sch.get_loops(gemm)[-5:]
     out_channels = static_extent(sch._loop(o)[0])
     lanes = ctx.simd_lanes
-    panels = out_channels // panel
     vecs = max(1, panel // lanes)
-    np_options = [d for d in range(1, panels + 1) if panels % d == 0]
-    np_ = decide.choose("panels", np_options,
-                        default=max(d for d in np_options if d * vecs <= 4 or d == 1))
-    mr_options = [d for d in range(1, min(tiles, 16) + 1) if tiles % d == 0]
-    fit = [d for d in mr_options if d * np_ * vecs <= ctx.tile_accumulators]
-    mr = decide.choose("mr", mr_options, default=max(fit) if fit else 1)
+    mr0, v0 = gemm_tile(tiles, panel, out_channels, ctx)
+    v = decide.choose("vectors", vector_options(panel, out_channels, ctx), default=v0)
+    mr = decide.choose("mr", [d for d in range(1, min(tiles, 16) + 1) if tiles % d == 0],
+                       default=mr0)
     t0, t1 = sch.split(t, [None, mr])
     po, lane = sch.split(o, [None, panel])
-    p0, p1 = sch.split(po, [None, np_])
-    sch.reorder(a, b, t0, p0, rc, t1, p1, lane)
+    if v <= vecs:
+        # part of a panel: its lanes in groups of v vectors, the groups outside the channels
+        outer, lane = sch.split(lane, [None, v * lanes]) if v < vecs else (None, lane)
+        sch.reorder(*[lp for lp in (a, b, t0, po, outer, rc, t1, lane) if lp is not None])
+    else:
+        p0, p1 = sch.split(po, [None, v // vecs])
+        sch.reorder(a, b, t0, p0, rc, t1, p1, lane)
+        sch.unroll(p1)
     sch.decompose_reduction(gemm, rc)
     sch.unroll(t1)
-    sch.unroll(p1)
     sch.vectorize(lane)
     sch.vectorize(sch.get_loops(sch.get_block(GEMM + "_init"))[-1])
-    return mr, np_
+    return mr, v
 
 
 def _schedule_conv(func: PrimFunc, ctx: PassContext, decide: Decisions) -> Tuple[PrimFunc, str]:
@@ -296,9 +323,9 @@ def _schedule_conv(func: PrimFunc, ctx: PassContext, decide: Decisions) -> Tuple
                                    decide, "in_chunk")
     sch.compute_at(sch.get_block(PAD), at)
     _, blocked = _pad_copy(sch, chans)
-    mr, np_ = _gemm_tile(sch, tiles, panel, ctx, decide)
+    mr, vectors = _gemm_tile(sch, tiles, panel, ctx, decide)
     parts = [f"winograd conv: tile {m}x{m}, blocks of {tiles} tiles",
-             f"gemm tile {mr}x{np_ * panel}", f"channels {in_chunk} in, {lp['chunk']} out",
+             f"gemm tile {mr}x{vectors * ctx.simd_lanes}", f"channels {in_chunk} in, {lp['chunk']} out",
              f"epilogue {'inlined' if epilogue else 'none'}"]
     if blocked:
         parts.append("input nchwc")
