@@ -147,3 +147,16 @@ def test_operator_reference_matches_the_conv():
                                atol=1e-4)
     with pytest.raises(ops.OpError, match="winograd"):
         ops.call("winograd_conv", kiln.ir.graph.Constant(x), kiln.ir.graph.Constant(u[:, :5]))
+
+
+def test_cost_rule_takes_a_smaller_gain_for_a_conv_that_will_be_fused():
+    from kiln.transform.conv_winograd import MIN_GAIN, MIN_GAIN_FUSED, conv_plan
+    # ESPCN's last conv (32 -> 9 channels padded to 16, 224 x 224): estimated 1.17x
+    mod, _, _ = conv_model((1, 32, 224, 224), 16, epilogue=None)
+    call = next(iter(mod["main"].bindings())).value
+    alone, fused = conv_plan(call), conv_plan(call, ctx=AVX512)
+    assert MIN_GAIN_FUSED <= fused.speedup() < MIN_GAIN
+    assert alone.fused == () and 4 in fused.fused
+    assert alone.choice() is None and fused.choice() == 4
+    # Winograd off: nothing will be fused
+    assert conv_plan(call, ctx=AVX512.replace(winograd=False)).choice() is None

@@ -68,6 +68,7 @@ class ConvPlan:
     is estimated at least ``MIN_GAIN`` times faster than the direct conv, else None."""
     direct: float
     options: Tuple[WinogradCost, ...]
+    fused: Tuple[int, ...] = ()    # the tile sizes whose stages fuse_winograd would fuse
 
     def best(self) -> WinogradCost:
         return min(self.options, key=lambda c: c.total)
@@ -79,7 +80,8 @@ class ConvPlan:
 
     def choice(self) -> Optional[int]:
         best = self.best()
-        return best.tile if self.direct >= MIN_GAIN * best.total else None
+        gain = MIN_GAIN_FUSED if best.tile in self.fused else MIN_GAIN
+        return best.tile if self.direct >= gain * best.total else None
 
 
 # The cost model's rates, fitted to one-thread measurements (bench/winograd_layers.py, ResNet-18's
@@ -107,6 +109,10 @@ NS_PER_M = 0.30
 # less than alone (ResNet-18's 512-channel 7x7 layers: 1.15x alone with F(2x2), nothing in the
 # model, estimated 1.10x).
 MIN_GAIN = 1.2
+# The same for a conv whose stages ``fuse_winograd`` runs as one kernel (its transformed weight
+# fits in L2, so it never streams from memory): ESPCN's last conv (32 -> 16 channels at
+# 224 x 224), estimated 1.17x, measured 1.17x / 1.22x at one / two threads fused.
+MIN_GAIN_FUSED = 1.1
 
 
 def winograd_cost(n: int, c: int, o: int, out_h: int, out_w: int, tile: int = 4) -> WinogradCost:
@@ -126,12 +132,21 @@ def direct_cost(n: int, c: int, o: int, out_h: int, out_w: int) -> float:
     return n * o * out_h * out_w * c * 9 / MACS_PER_NS_DIRECT
 
 
-def conv_plan(call: Call, tiles: Sequence[int] = TILES) -> ConvPlan:
-    """The estimates (``ConvPlan``) of an eligible conv2d call."""
+def conv_plan(call: Call, tiles: Sequence[int] = TILES,
+              ctx: Optional[PassContext] = None) -> ConvPlan:
+    """The estimates (``ConvPlan``) of an eligible conv2d call; with ``ctx``, which tile
+    sizes ``fuse_winograd`` would run as one kernel on its target."""
     n, c = call.args[0].ty.static_shape()[:2]
     _, o, oh, ow = call.ty.static_shape()
-    return ConvPlan(direct_cost(n, c, o, oh, ow),
-                    tuple(winograd_cost(n, c, o, oh, ow, m) for m in tiles))
+    options = tuple(winograd_cost(n, c, o, oh, ow, m) for m in tiles)
+    fused = ()
+    if ctx is not None and ctx.winograd:
+        from .fuse_winograd import worth_fusing
+        ctx = context(ctx)
+        fused = tuple(w.tile for w in options
+                      if o % panel_lanes(o, ctx) == 0
+                      and worth_fusing(w.tile + 2, w.tiles, c, o, ctx))
+    return ConvPlan(direct_cost(n, c, o, oh, ow), options, fused)
 
 
 def _pair(value, default):
@@ -179,7 +194,7 @@ def conv_winograd(ctx: Optional[PassContext] = None,
     def visit(b: Binding, em, _block) -> None:
         call = b.value
         eligible = ctx.prepack_weights and ineligible(call) is None
-        tile = decide(call, conv_plan(call, tiles)) if eligible else None
+        tile = decide(call, conv_plan(call, tiles, ctx)) if eligible else None
         if tile is None:
             em.emit(b)
             return

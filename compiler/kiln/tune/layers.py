@@ -170,7 +170,7 @@ def winograd_layers(mod: IRModule, ctx: PassContext) -> List[LayerTask]:
     def options_of(call: Call):
         if ineligible(call) is not None:
             return None
-        plan = conv_plan(call)
+        plan = conv_plan(call, ctx=ctx)
         return [0] + [c.tile for c in plan.options], plan.choice() or 0
     return _layers(mod, ctx, "conv_winograd", WINOGRAD, options_of)
 
