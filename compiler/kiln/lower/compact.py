@@ -21,7 +21,7 @@ import numpy as np
 
 from ..arith import Analyzer
 from ..ir import (Block, BlockRealize, Buffer, BufferLoad, BufferRegion, BufferStore, For, IfThenElse,
-                  IntImm, PrimFunc, Range, SeqStmt, Stmt, Var, is_const_int, transform, uses_var)
+                  IntImm, collect, PrimFunc, Range, SeqStmt, Stmt, Var, is_const_int, transform, uses_var)
 from ..ir.expr import Add, FloorDiv, FloorMod, Mul, Sub
 from ..schedule.regions import bound, free_of, loop_ranges
 
@@ -89,6 +89,48 @@ def _disjoint_iterations(loop: For, extents, offsets) -> bool:
         if isinstance(step, IntImm) and abs(step.value) >= ext.value:
             return True
     return _distinct_points(loop, extents, offsets)
+
+
+def _written_first(loop: For, buf: Buffer, extents, offsets) -> bool:
+    """True if each iteration of ``loop`` writes the whole region it touches before reading
+    any of it, so that no value flows between iterations even where their regions overlap:
+    the first statement of the body that touches ``buf`` only stores, and its stores cover
+    the region. A producer computed at the loop (``compute_at``) whose consumers' windows
+    overlap (a fused Winograd conv's padded input rows: 6 rows a tile row, 4 apart)."""
+    first = next((st for st in _body_statements(loop.body) if _accesses(st, buf)), None)
+    # (a guarded store may leave part of the region unwritten)
+    if first is None or _loads(first, buf) or collect(first, IfThenElse) or any(
+            not (isinstance(r.predicate, IntImm) and r.predicate.value)
+            for r in collect(first, BlockRealize)):
+        return False
+    ana = Analyzer()
+    for indices, loops in _accesses(first, buf):
+        relax = loop_ranges(loops)
+        for idx, ext, off in zip(indices, extents, offsets):
+            lo, hi = bound(ana.simplify(idx), relax)
+            if lo is None or hi is None:
+                return False
+            below = ana.simplify(lo - off)
+            above = ana.simplify(hi - (off + ext - 1))
+            if not (isinstance(below, IntImm) and below.value <= 0
+                    and isinstance(above, IntImm) and above.value >= 0):
+                return False
+    return True
+
+
+def _body_statements(stmt: Stmt) -> List[Stmt]:
+    """The statements of a loop body in order, through the blocks that wrap them."""
+    while isinstance(stmt, BlockRealize):
+        stmt = stmt.block.body
+    return list(stmt.seq) if isinstance(stmt, SeqStmt) else [stmt]
+
+
+def _loads(stmt: Stmt, buf: Buffer) -> bool:
+    from ..ir import post_order_visit
+    found = []
+    post_order_visit(stmt, lambda n: found.append(n) if isinstance(n, BufferLoad)
+                     and n.buffer is buf else None)
+    return bool(found)
 
 
 # The most iterations ``_distinct_points`` enumerates.
@@ -192,7 +234,8 @@ def compact_buffers(func: PrimFunc) -> PrimFunc:
             plan = _plan(buf, acc, lca)
             if plan is None:
                 break
-            if _disjoint_iterations(lca, plan[0].shape, plan[1]):
+            if _disjoint_iterations(lca, plan[0].shape, plan[1]) or \
+                    _written_first(lca, buf, plan[0].shape, plan[1]):
                 break
             plan = None
         if plan is None:
