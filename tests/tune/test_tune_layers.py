@@ -201,3 +201,45 @@ def test_layers_stop_at_their_share_of_the_time_budget(tmp_path):
                                  for lay in report.layers)
     assert not [r for r in Database(tmp_path / "db.jsonl").records()
                 if r["workload"].startswith("layer:")]
+
+
+def _large_conv(shape=(1, 32, 64, 64), o=32) -> IRModule:
+    """One 3x3 conv whose Winograd stages ``fuse_winograd`` fuses on an AVX-512 target (V and
+    M 5.3 MB, U 147 KB)."""
+    w = Constant((np.random.default_rng(2).standard_normal((o, shape[1], 3, 3)) * 0.1)
+                 .astype("float32"))
+    x = GraphVar("x", TensorType(shape, "float32"))
+    fb = FunctionBuilder([x])
+    with fb.dataflow():
+        out = fb.emit_output(ops.call("conv2d", x, w, padding=(1, 1)))
+    return IRModule({"main": fb.finish(out)})
+
+
+def test_a_fused_winograd_conv_is_an_option_of_the_layer():
+    ctx = PassContext(target="llvm -mcpu=sapphirerapids", cores=1)
+    (task,) = winograd_layers(_large_conv(), ctx)
+    assert task.options == [0, 4, 2, -4, -2] and task.default == -4
+    from kiln.tune.layers import describe
+    assert describe(WINOGRAD, -4) == "winograd 4 fused" and describe(WINOGRAD, 4) == "winograd 4"
+    # a small image: nothing to fuse, no fused option
+    (small,) = winograd_layers(_two_convs(), ctx)
+    assert all(o >= 0 for o in small.options)
+
+
+@pytest.mark.parametrize("choice,fused", [(-4, True), (4, False), (-2, True)])
+def test_a_record_fuses_the_stages_or_keeps_three_kernels(tmp_path, choice, fused):
+    mod = _large_conv()
+    ctx = PassContext(target="llvm -mcpu=sapphirerapids", cores=1,
+                      tuning_db=str(tmp_path / "db.jsonl"))
+    (task,) = winograd_layers(mod, ctx.replace(tuning_db=None))
+    Database(ctx.tuning_db).append(make_record(
+        task.workload, ctx.resolved().machine.key(), 1, task.kernel, {WINOGRAD: choice}, "ok",
+        median_s=1e-5, min_s=1e-5))
+    out = kiln.get_pipeline("default", ctx)(mod)
+    names = sorted(out.functions)
+    assert any("winograd_conv" in n for n in names) == fused, names
+    assert any("winograd_input" in n for n in names) == (not fused), names
+    tile = abs(choice) + 2
+    kernel = next(n for n in names if "winograd_conv" in n or "winograd_input" in n)
+    assert f"T.Buffer(({tile}, {tile}," in out[kernel].script() or \
+        f"({tile}, {tile}," in out[kernel].script()

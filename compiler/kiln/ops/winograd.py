@@ -317,7 +317,9 @@ register("winograd_gemm", infer=_infer_gemm, compute=_compute_gemm, reference=_r
 # ---- winograd_output ------------------------------------------------------------------------
 
 def _output_geometry(op, mt, attrs):
-    a = get_attrs(op, attrs, out_size=None, tile=4, layout="NCHW")
+    a = get_attrs(op, attrs, out_size=None, tile=4, layout="NCHW", fuse=None)
+    if a["fuse"] not in (None, True, False):
+        raise error(op, f"fuse={a['fuse']!r} must be None, True or False")
     m = a["tile"]
     if m not in POINTS:
         raise error(op, f"tile={m!r} is not supported; expected one of {sorted(POINTS)}")
@@ -378,7 +380,7 @@ def _compute_output(args, attrs):
     return te.compute((n_img, o, oh, ow), out, name="winograd_output")
 
 
-def _ref_output(mt, out_size=None, tile=4, layout="NCHW"):
+def _ref_output(mt, out_size=None, tile=4, layout="NCHW", fuse=None):
     n_img, o, m, (oh, ow), (th, tw), block = _output_geometry(
         "winograd_output", TensorType(mt.shape, str(mt.dtype)),
         {"out_size": out_size, "tile": tile, "layout": layout})
@@ -394,10 +396,12 @@ def _ref_output(mt, out_size=None, tile=4, layout="NCHW"):
 
 register("winograd_output", infer=_infer_output, compute=_compute_output, reference=_ref_output,
          pattern="out_fusable", num_args=1,
-         doc="winograd_output(m, out_size=(OH, OW), tile=4, layout='NCHW'): the Winograd "
-             "output transform A^T M A of every tile, written as the NCHW result [N, O, OH, OW] "
-             "(tiles cropped to out_size), or channel-blocked [N, O/b, OH, OW, b] with "
-             "layout='NCHW<b>c'; m is [alpha, alpha, N*TH*TW, O] from winograd_gemm.")
+         doc="winograd_output(m, out_size=(OH, OW), tile=4, layout='NCHW', fuse=None): the "
+             "Winograd output transform A^T M A of every tile, written as the NCHW result "
+             "[N, O, OH, OW] (tiles cropped to out_size), or channel-blocked [N, O/b, OH, OW, b] "
+             "with layout='NCHW<b>c'; m is [alpha, alpha, N*TH*TW, O] from winograd_gemm. "
+             "fuse: whether transform/fuse_winograd.py makes the three stages one kernel "
+             "(None: its rule decides; True/False: a tuning record's choice).")
 
 
 # ---- winograd_conv: the three stages in one kernel ----------------------------------------------

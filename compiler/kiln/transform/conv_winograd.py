@@ -184,11 +184,13 @@ def conv_winograd(ctx: Optional[PassContext] = None,
                   choose: Optional[Callable[[Call, ConvPlan], Optional[int]]] = None,
                   tiles: Sequence[int] = TILES) -> Pass:
     """The pass (module docstring). For each eligible conv2d, ``choose(call, plan)`` returns
-    the tile size m of F(m x m, 3 x 3) to compute it with, or None to keep the direct conv
+    the tile size m of F(m x m, 3 x 3) to compute it with (``-m``: and its stages fused into
+    one kernel by ``fuse_winograd``), or None to keep the direct conv
     (default: with ``ctx.tuning_db``, the layer's best tuning record (``tune/layers.py``),
     else ``plan.choice()``, the cost rule); ``tiles`` are the sizes the plan estimates."""
     ctx = context(ctx)
-    decide = choose or _recorded_or_cost_rule(ctx)
+    recorded_fuse = {}     # id(call) -> False: a record chose F(m) as three kernels
+    decide = choose or _recorded_or_cost_rule(ctx, recorded_fuse)
     rewritten = []
 
     def visit(b: Binding, em, _block) -> None:
@@ -201,12 +203,16 @@ def conv_winograd(ctx: Optional[PassContext] = None,
         x, w = call.args
         o = w.ty.static_shape()[0]
         _, _, oh, ow = call.ty.static_shape()
+        fuse = recorded_fuse.pop(id(call), None)
+        if tile < 0:        # (a tuning record's "F(m) as one kernel": fuse_winograd)
+            tile, fuse = -tile, True
         u = winograd.transform_weight(w.data, tile, panel_lanes(o, ctx))
         v_call = op_call("winograd_input", x, padding=_padding(call), tile=tile)
         v = em.emit_value(GraphVar(f"{b.var.name}_v", v_call.ty), v_call)
         m_call = op_call("winograd_gemm", v, Constant(u), out_channels=o)
         m = em.emit_value(GraphVar(f"{b.var.name}_m", m_call.ty), m_call)
-        em.emit_value(b.var, op_call("winograd_output", m, out_size=(oh, ow), tile=tile))
+        em.emit_value(b.var, op_call("winograd_output", m, out_size=(oh, ow), tile=tile,
+                                     **({} if fuse is None else {"fuse": fuse})))
         rewritten.append(b.var)
 
     def run(mod: IRModule) -> IRModule:
@@ -220,14 +226,27 @@ def conv_winograd(ctx: Optional[PassContext] = None,
     return Pass("conv_winograd", run)
 
 
-def _recorded_or_cost_rule(ctx: PassContext) -> Callable[[Call, ConvPlan], Optional[int]]:
+def layer_options(plan: ConvPlan) -> Tuple[list, int]:
+    """The options of the layer decision ``winograd`` (``tune/layers.py``) and the cost rule's
+    pick among them: 0 (direct), each tile size m (three kernels) and ``-m`` for each that
+    ``fuse_winograd`` would fuse (one kernel); the pick is ``-m`` where the rule fuses."""
+    choice = plan.choice() or 0
+    return ([0] + [c.tile for c in plan.options] + [-t for t in plan.fused],
+            -choice if choice in plan.fused else choice)
+
+
+def _recorded_or_cost_rule(ctx: PassContext, recorded_fuse: dict
+                           ) -> Callable[[Call, ConvPlan], Optional[int]]:
     """The default ``choose``: a measured choice where the tuning database has one for the
-    layer, the cost rule's otherwise."""
+    layer (a positive tile size also fixes the stages as three kernels: ``recorded_fuse``),
+    the cost rule's otherwise."""
     def choose(call: Call, plan: ConvPlan) -> Optional[int]:
         if ctx.tuning_db:
             from ..tune.layers import WINOGRAD, recorded_choice
-            tile = recorded_choice(call, ctx, WINOGRAD, [0] + [c.tile for c in plan.options])
+            tile = recorded_choice(call, ctx, WINOGRAD, layer_options(plan)[0])
             if tile is not None:
+                if tile > 0:
+                    recorded_fuse[id(call)] = False
                 return tile or None
         return plan.choice()
     return choose

@@ -57,9 +57,11 @@ def worth_fusing(alpha: int, tiles: int, channels: int, out_channels: int,
 
 def fuse_winograd(ctx: Optional[PassContext] = None,
                   choose: Optional[Callable[[Call], bool]] = None) -> Pass:
-    """The pass (module docstring). ``choose(output_call)`` overrides the rule for each
-    ``winograd_output`` whose chain may fuse (its ``winograd_gemm`` with a constant U and its
-    ``winograd_input``, each used only by the next stage)."""
+    """The pass (module docstring). For each ``winograd_output`` whose chain may fuse (its
+    ``winograd_gemm`` with a constant U and its ``winograd_input``, each used only by the next
+    stage): ``choose(output_call)`` when given, else the call's ``fuse`` attribute when set
+    (``conv_winograd`` sets it from a tuning record: the layer decision ``winograd`` = ``-m``
+    for F(m) fused, ``m`` for three kernels), else the rule ``worth_fusing``."""
     ctx = context(ctx)
 
     def run(mod: IRModule) -> IRModule:
@@ -87,11 +89,15 @@ def fuse_winograd(ctx: Optional[PassContext] = None,
                 return None     # (the kernel's register tile takes whole panels of U)
             alpha, _, tiles, channels = inp.ty.static_shape()
             o = gemm.ty.static_shape()[3]
-            fuse = choose(out) if choose is not None else \
-                worth_fusing(alpha, tiles, channels, o, ctx)
+            a_in, a_gemm, a_out = dict(inp.attrs), dict(gemm.attrs), dict(out.attrs)
+            if choose is not None:
+                fuse = choose(out)
+            elif a_out.get("fuse") is not None:     # a tuning record's choice (conv_winograd)
+                fuse = a_out["fuse"]
+            else:
+                fuse = worth_fusing(alpha, tiles, channels, o, ctx)
             if not fuse:
                 return None
-            a_in, a_gemm, a_out = dict(inp.attrs), dict(gemm.attrs), dict(out.attrs)
             if tuple(a_out.get("out_size", ())) != _conv_size(inp):
                 return None    # (an output cropped otherwise than the conv's: not this chain)
             return op_call("winograd_conv", inp.args[0], gemm.args[1],

@@ -5,7 +5,9 @@ Two choices come earlier, in graph passes, and which kernels a model has depends
 
 - ``winograd`` (``conv_winograd``): whether each 3x3 stride-1 ``conv2d`` is computed directly
   (0) or as Winograd F(m x m, 3 x 3) (m = 4 or 2: three kernels, input transform, batched
-  GEMM, output transform); the cost rule's pick (``ConvPlan.choice``) is the default;
+  GEMM, output transform; ``-m``: the same stages as one kernel per block of tiles,
+  ``fuse_winograd``, offered where its rule would fuse them); the cost rule's pick
+  (``conv_winograd.layer_options``) is the default;
 - ``conv_block`` (``convert_layout_nchwc``): the output-channel block ``bn`` of each
   channel-blocked conv (``conv_blocked.channel_blocks``: 32, 24, 16, 8 on AVX-512), the
   layout its result flows in; ``conv_blocked.conv_tile``'s pick is the default;
@@ -103,7 +105,8 @@ def layer_workload(call: Call, decision: str) -> str:
 def describe(decision: str, option: int) -> str:
     """``direct``, ``winograd 4``, ``block 16``: an option as reports say it."""
     if decision == WINOGRAD:
-        return "direct" if option == 0 else f"winograd {option}"
+        return "direct" if option == 0 else f"winograd {abs(option)}" + (
+            " fused" if option < 0 else "")
     return f"{'block' if decision == BLOCK else 'panel'} {option}"
 
 
@@ -163,15 +166,14 @@ def winograd_layers(mod: IRModule, ctx: PassContext) -> List[LayerTask]:
     """The convs of ``mod`` that ``conv_winograd`` may rewrite, as the default pipeline for
     ``ctx`` presents them to it: options 0 (direct) and each tile size, the cost rule's
     pick as the default."""
-    from ..transform.conv_winograd import conv_plan, ineligible
+    from ..transform.conv_winograd import conv_plan, ineligible, layer_options
     if not ctx.winograd or not ctx.prepack_weights:
         return []
 
     def options_of(call: Call):
         if ineligible(call) is not None:
             return None
-        plan = conv_plan(call, ctx=ctx)
-        return [0] + [c.tile for c in plan.options], plan.choice() or 0
+        return layer_options(conv_plan(call, ctx=ctx))
     return _layers(mod, ctx, "conv_winograd", WINOGRAD, options_of)
 
 
