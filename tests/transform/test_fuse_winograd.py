@@ -121,7 +121,8 @@ def test_fused_conv_in_the_channel_blocked_layout():
 
 
 @pytest.mark.parametrize("fixed", [{"tiles": 2, "mr": 1}, {"tiles": 4, "mr": 4, "vectors": 1},
-                                   {"in_chunk": 4, "chunk": 8, "parallel": False}])
+                                   {"in_chunk": 4, "chunk": 8, "parallel": False},
+                                   {"tiles": 1, "chunk": 4, "in_chunk": 16}])
 def test_decisions_change_the_program_not_the_result(fixed):
     mod, w, extra = conv_model((1, 16, 32, 32), 32, epilogue="bias_relu")
     pipe = fused_pipeline(PassContext(disabled_passes=("conv_live_taps", "default_schedule")))
@@ -160,3 +161,23 @@ def test_cost_rule_takes_a_smaller_gain_for_a_conv_that_will_be_fused():
     assert alone.choice() is None and fused.choice() == 4
     # Winograd off: nothing will be fused
     assert conv_plan(call, ctx=AVX512.replace(winograd=False)).choice() is None
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_sampled_decisions_schedule_and_replay(seed):
+    """The tuner samples the rule's decisions (``kiln.tune``): every sample schedules (a
+    sample the rule cannot apply would fall back to another schedule that its replay does not
+    reproduce) and replays to the same program."""
+    import random
+    from kiln.ir import assert_structural_equal
+    from kiln.tune.measure import schedule_candidate
+    mod, _, _ = conv_model((1, 16, 32, 32), 32, epilogue="bias_relu")
+    pre = fused_pipeline(PassContext(disabled_passes=("conv_live_taps", "default_schedule")))(mod)
+    (name,) = kernels_with(pre, "winograd_conv")
+    ctx = PassContext().resolved()
+    rng = random.Random(seed)
+    for _ in range(6):
+        d = Decisions(sampler=lambda n, options, default: rng.choice(list(options)))
+        sampled = schedule_kernel(pre[name], ctx, d)
+        assert dict(sampled.attrs)["kiln.schedule"].startswith("winograd conv:"), d.made
+        assert_structural_equal(schedule_candidate(pre[name], ctx, d.made), sampled)

@@ -317,8 +317,9 @@ def _schedule_conv(func: PrimFunc, ctx: PassContext, decide: Decisions) -> Tuple
                           default=tiles_per_block(tile_cols, alpha, chans, out_channels, ctx))
     lp = _output_transform(sch, ctx, decide, tiles_per_block=tiles)
     at = next(x for x in (lp["tx0"], lp["ty"], lp["n"]) if x is not None)
-    sch.compute_at(sch.get_block(GEMM), at)
-    sch.compute_at(sch.get_block(INPUT), at)
+    # (unit loops kept: a block of one tile still has its tile loop, which the rules below split)
+    sch.compute_at(sch.get_block(GEMM), at, preserve_unit_loops=True)
+    sch.compute_at(sch.get_block(INPUT), at, preserve_unit_loops=True)
     in_chunk, _ = _input_transform(sch, sch.get_loops(sch.get_block(INPUT))[-4:], chans, ctx,
                                    decide, "in_chunk")
     sch.compute_at(sch.get_block(PAD), at)
