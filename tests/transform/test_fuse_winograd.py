@@ -181,3 +181,16 @@ def test_sampled_decisions_schedule_and_replay(seed):
         sampled = schedule_kernel(pre[name], ctx, d)
         assert dict(sampled.attrs)["kiln.schedule"].startswith("winograd conv:"), d.made
         assert_structural_equal(schedule_candidate(pre[name], ctx, d.made), sampled)
+
+
+def test_fused_conv_for_an_avx2_target():
+    # AVX2's 8-lane vectors and 12 accumulators: panels of 16 channels, two vectors each
+    target = "llvm -mcpu=haswell"
+    mod, w, extra = conv_model((1, 16, 24, 24), 32, epilogue="bias_relu")
+    out = fused_pipeline(PassContext(target=target, disabled_passes=("conv_live_taps",)))(mod)
+    (attrs,) = kernels_with(out, "winograd_conv").values()
+    assert "gemm tile" in attrs["kiln.schedule"]
+    vm = kiln.VirtualMachine(kiln.compile(out, target=target), kiln.cpu())
+    x = _rand((1, 16, 24, 24))
+    np.testing.assert_allclose(vm["main"](kiln.nd.array(x)).numpy(),
+                               numpy_model(x, w, 1, "bias_relu", extra), rtol=1e-4, atol=1e-4)
