@@ -21,6 +21,9 @@ Both kernels run vectorized over channels (contiguous in ``V`` and ``M``):
   direct conv's write-back does.
 
 The contraction ``winograd_gemm`` is left to ``default_schedule`` (the register-tile rule).
+The three stages fused into one kernel (``winograd_conv``, ``transform/fuse_winograd.py``) get
+``_schedule_conv``: the same transform schedules per block of tiles, with the contraction of
+the block as a register tile of its own (decisions ``tiles``, ``mr``, ``vectors``, ``in_chunk``).
 Each kernel's ``kiln.schedule`` says what it got (e.g. ``"winograd input: channels 16,
 rows at tile, parallel"``). The rule's choices are
 named decisions (``kiln.schedule.decisions``), recorded in ``kiln.decisions``:
