@@ -289,3 +289,20 @@ def test_choice_as_a_named_decision():
     assert op_names(out) == ["conv2d"]
     out = conv_winograd(choose=decided(per_conv(Decisions(sampler=lambda n, opts, d: 2))))(mod)
     assert dict(next(out["main"].bindings()).value.attrs)["tile"] == 2
+
+
+def test_transformed_weight_panels_divide_the_output_channels():
+    from kiln.transform.conv_winograd import panel_lanes
+    avx512 = PassContext(target="llvm -mcpu=sapphirerapids").resolved()     # panels of 64
+    assert [panel_lanes(o, avx512) for o in (64, 128, 96, 160, 80, 48, 32, 8, 20, 1000)] == \
+        [64, 64, 32, 32, 16, 16, 32, 8, 32, 64]
+    avx2 = PassContext(target="llvm -mcpu=haswell").resolved()              # panels of 16
+    assert [panel_lanes(o, avx2) for o in (96, 40, 12)] == [16, 8, 16]
+    # Inception-V3's 64 -> 96 layer at 35 x 35 in panels of 32, against numpy
+    mod, w, extra = conv_model((1, 64, 35, 35), 96)
+    x = _rand((1, 64, 35, 35))
+    out, got = compile_run(mod, [x])
+    (gemm,) = [f for n, f in out.functions.items() if "winograd_gemm" in n]
+    assert gemm.params[1].shape[-1].value == panel_lanes(96, PassContext().resolved())
+    np.testing.assert_allclose(got, numpy_model(x, w, 1, "bias_relu", extra), rtol=1e-4,
+                               atol=1e-4)

