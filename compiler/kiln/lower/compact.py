@@ -21,7 +21,7 @@ import numpy as np
 
 from ..arith import Analyzer
 from ..ir import (Block, BlockRealize, Buffer, BufferLoad, BufferRegion, BufferStore, For, IfThenElse,
-                  IntImm, collect, PrimFunc, Range, SeqStmt, Stmt, Var, is_const_int, transform, uses_var)
+                  IntImm, PrimFunc, Range, collect, SeqStmt, Stmt, Var, is_const_int, transform, uses_var)
 from ..ir.expr import Add, FloorDiv, FloorMod, Mul, Sub
 from ..schedule.regions import bound, free_of, loop_ranges
 
@@ -97,14 +97,16 @@ def _written_first(loop: For, buf: Buffer, extents, offsets) -> bool:
     the first statement of the body that touches ``buf`` only stores, and its stores cover
     the region. A producer computed at the loop (``compute_at``) whose consumers' windows
     overlap (a fused Winograd conv's padded input rows: 6 rows a tile row, 4 apart)."""
-    first = next((st for st in _body_statements(loop.body) if _accesses(st, buf)), None)
+    first, stores = next(((st, acc) for st in _body_statements(loop.body)
+                          for acc in [_accesses(st, buf)] if acc), (None, None))
     # (a guarded store may leave part of the region unwritten)
-    if first is None or _loads(first, buf) or collect(first, IfThenElse) or any(
-            not (isinstance(r.predicate, IntImm) and r.predicate.value)
-            for r in collect(first, BlockRealize)):
+    if first is None or any(ld.buffer is buf for ld in collect(first, BufferLoad)) \
+            or collect(first, IfThenElse) or any(
+                not (isinstance(r.predicate, IntImm) and r.predicate.value)
+                for r in collect(first, BlockRealize)):
         return False
     ana = Analyzer()
-    for indices, loops in _accesses(first, buf):
+    for indices, loops in stores:
         relax = loop_ranges(loops)
         for idx, ext, off in zip(indices, extents, offsets):
             lo, hi = bound(ana.simplify(idx), relax)
@@ -123,14 +125,6 @@ def _body_statements(stmt: Stmt) -> List[Stmt]:
     while isinstance(stmt, BlockRealize):
         stmt = stmt.block.body
     return list(stmt.seq) if isinstance(stmt, SeqStmt) else [stmt]
-
-
-def _loads(stmt: Stmt, buf: Buffer) -> bool:
-    from ..ir import post_order_visit
-    found = []
-    post_order_visit(stmt, lambda n: found.append(n) if isinstance(n, BufferLoad)
-                     and n.buffer is buf else None)
-    return bool(found)
 
 
 # The most iterations ``_distinct_points`` enumerates.

@@ -141,11 +141,10 @@ def conv_plan(call: Call, tiles: Sequence[int] = TILES,
     options = tuple(winograd_cost(n, c, o, oh, ow, m) for m in tiles)
     fused = ()
     if ctx is not None and ctx.winograd:
-        from .fuse_winograd import worth_fusing
+        from .fuse_winograd import fusable
         ctx = context(ctx)
         fused = tuple(w.tile for w in options
-                      if o % panel_lanes(o, ctx) == 0
-                      and worth_fusing(w.tile + 2, w.tiles, c, o, ctx))
+                      if fusable(w.tile + 2, w.tiles, c, o, panel_lanes(o, ctx), ctx))
     return ConvPlan(direct_cost(n, c, o, oh, ow), options, fused)
 
 
@@ -189,23 +188,19 @@ def conv_winograd(ctx: Optional[PassContext] = None,
     (default: with ``ctx.tuning_db``, the layer's best tuning record (``tune/layers.py``),
     else ``plan.choice()``, the cost rule); ``tiles`` are the sizes the plan estimates."""
     ctx = context(ctx)
-    recorded_fuse = {}     # id(call) -> False: a record chose F(m) as three kernels
-    decide = choose or _recorded_or_cost_rule(ctx, recorded_fuse)
+    decide = _layer_choice(ctx, choose)
     rewritten = []
 
     def visit(b: Binding, em, _block) -> None:
         call = b.value
         eligible = ctx.prepack_weights and ineligible(call) is None
-        tile = decide(call, conv_plan(call, tiles, ctx)) if eligible else None
+        tile, fuse = decide(call, conv_plan(call, tiles, ctx)) if eligible else (None, None)
         if tile is None:
             em.emit(b)
             return
         x, w = call.args
         o = w.ty.static_shape()[0]
         _, _, oh, ow = call.ty.static_shape()
-        fuse = recorded_fuse.pop(id(call), None)
-        if tile < 0:        # (a tuning record's "F(m) as one kernel": fuse_winograd)
-            tile, fuse = -tile, True
         u = winograd.transform_weight(w.data, tile, panel_lanes(o, ctx))
         v_call = op_call("winograd_input", x, padding=_padding(call), tile=tile)
         v = em.emit_value(GraphVar(f"{b.var.name}_v", v_call.ty), v_call)
@@ -235,21 +230,28 @@ def layer_options(plan: ConvPlan) -> Tuple[list, int]:
             -choice if choice in plan.fused else choice)
 
 
-def _recorded_or_cost_rule(ctx: PassContext, recorded_fuse: dict
-                           ) -> Callable[[Call, ConvPlan], Optional[int]]:
-    """The default ``choose``: a measured choice where the tuning database has one for the
-    layer (a positive tile size also fixes the stages as three kernels: ``recorded_fuse``),
-    the cost rule's otherwise."""
-    def choose(call: Call, plan: ConvPlan) -> Optional[int]:
-        if ctx.tuning_db:
-            from ..tune.layers import WINOGRAD, recorded_choice
-            tile = recorded_choice(call, ctx, WINOGRAD, layer_options(plan)[0])
-            if tile is not None:
-                if tile > 0:
-                    recorded_fuse[id(call)] = False
-                return tile or None
-        return plan.choice()
-    return choose
+def _layer_choice(ctx: PassContext, choose: Optional[Callable[[Call, ConvPlan], Optional[int]]]
+                  ) -> Callable[[Call, ConvPlan], Tuple[Optional[int], Optional[bool]]]:
+    """Per conv, (the tile size or None for the direct conv, ``winograd_output``'s ``fuse``):
+    ``choose``'s answer when given (``-m``: fused), else the layer's tuning record (``m``
+    measured as three kernels, ``-m`` as one), else the cost rule (``fuse`` left to
+    ``fuse_winograd``'s rule)."""
+    def decide(call: Call, plan: ConvPlan) -> Tuple[Optional[int], Optional[bool]]:
+        fuse = None
+        if choose is not None:
+            option = choose(call, plan)
+        else:
+            option = None
+            if ctx.tuning_db:
+                from ..tune.layers import WINOGRAD, recorded_choice
+                option = recorded_choice(call, ctx, WINOGRAD, layer_options(plan)[0])
+                fuse = None if option is None else option < 0
+            if option is None:
+                option = plan.choice()
+        if not option:
+            return None, None
+        return abs(option), (True if option < 0 else fuse)
+    return decide
 
 
 def decided(decisions_for: Callable[[Call], "Decisions"]

@@ -55,6 +55,14 @@ def worth_fusing(alpha: int, tiles: int, channels: int, out_channels: int,
     return u_bytes <= U_L2_SHARE * l2 and vm_bytes > l2
 
 
+def fusable(alpha: int, tiles: int, channels: int, out_channels: int, panel: int,
+            ctx: PassContext) -> bool:
+    """Whether the pass fuses such a chain by its rule: U in whole panels of ``panel`` output
+    channels (the kernel's register tile takes whole panels) and ``worth_fusing``. The cost
+    rule asks the same (``conv_winograd.conv_plan``)."""
+    return out_channels % panel == 0 and worth_fusing(alpha, tiles, channels, out_channels, ctx)
+
+
 def fuse_winograd(ctx: Optional[PassContext] = None,
                   choose: Optional[Callable[[Call], bool]] = None) -> Pass:
     """The pass (module docstring). For each ``winograd_output`` whose chain may fuse (its
@@ -85,17 +93,17 @@ def fuse_winograd(ctx: Optional[PassContext] = None,
             inp = stage(gemm.args[0], "winograd_input") if gemm is not None else None
             if inp is None or not isinstance(gemm.args[1], Constant):
                 return None
-            if gemm.ty.static_shape()[3] % gemm.args[1].ty.static_shape()[4]:
-                return None     # (the kernel's register tile takes whole panels of U)
             alpha, _, tiles, channels = inp.ty.static_shape()
-            o = gemm.ty.static_shape()[3]
+            o, panel = gemm.ty.static_shape()[3], gemm.args[1].ty.static_shape()[4]
+            if o % panel:
+                return None     # (the kernel's register tile takes whole panels of U)
             a_in, a_gemm, a_out = dict(inp.attrs), dict(gemm.attrs), dict(out.attrs)
             if choose is not None:
                 fuse = choose(out)
             elif a_out.get("fuse") is not None:     # a tuning record's choice (conv_winograd)
                 fuse = a_out["fuse"]
             else:
-                fuse = worth_fusing(alpha, tiles, channels, o, ctx)
+                fuse = fusable(alpha, tiles, channels, o, panel, ctx)
             if not fuse:
                 return None
             if tuple(a_out.get("out_size", ())) != _conv_size(inp):

@@ -260,7 +260,7 @@ def vector_options(panel: int, out_channels: int, ctx: PassContext) -> List[int]
         [vecs * k for k in range(2, panels + 1) if panels % k == 0]
 
 
-def _gemm_tile(sch: Schedule, tiles: int, panel: int, ctx: PassContext,
+def _gemm_tile(sch: Schedule, tiles: int, panel: int, out_channels: int, ctx: PassContext,
                decide: Decisions) -> Tuple[int, int]:
     """The contraction of a block, ``M[a, b, t, o] += V[a, b, t, c] * U[o // P, a, b, c, o % P]``,
     as a register tile of ``mr`` tiles (unrolled) x ``v`` vectors of output channels (within a
@@ -270,7 +270,6 @@ def _gemm_tile(sch: Schedule, tiles: int, panel: int, ctx: PassContext,
     than 7 of 8) and ``vectors``; defaults from ``gemm_tile``. Returns (mr, v)."""
     gemm = sch.get_block(GEMM)
     a, b, t, o, rc = sch.get_loops(gemm)[-5:]
-    out_channels = static_extent(sch._loop(o)[0])
     lanes = ctx.simd_lanes
     vecs = max(1, panel // lanes)
     mr0, v0 = gemm_tile(tiles, panel, out_channels, ctx)
@@ -327,9 +326,10 @@ def _schedule_conv(func: PrimFunc, ctx: PassContext, decide: Decisions) -> Tuple
                                    decide, "in_chunk")
     sch.compute_at(sch.get_block(PAD), at)
     _, blocked = _pad_copy(sch, chans)
-    mr, vectors = _gemm_tile(sch, tiles, panel, ctx, decide)
+    mr, vectors = _gemm_tile(sch, tiles, panel, out_channels, ctx, decide)
     parts = [f"winograd conv: tile {m}x{m}, blocks of {tiles} tiles",
-             f"gemm tile {mr}x{vectors * ctx.simd_lanes}", f"channels {in_chunk} in, {lp['chunk']} out",
+             f"gemm tile {mr}x{vectors * ctx.simd_lanes}",
+             f"channels {in_chunk} in, {lp['chunk']} out",
              f"epilogue {'inlined' if epilogue else 'none'}"]
     if blocked:
         parts.append("input nchwc")
