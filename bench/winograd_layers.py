@@ -6,6 +6,8 @@ its rounds (``speedup``: of the medians, ``best_speedup``: of the best rounds), 
 kernels' share (input transform, contraction, output transform) from ``vm.profile``.
 
     .venv/bin/python bench/winograd_layers.py [--rounds 15]
+    .venv/bin/python bench/winograd_layers.py '64->32@224' --fuse off   # three kernels
+    .venv/bin/python bench/winograd_layers.py '64->32@224' --fuse on    # one (fuse_winograd)
 """
 from __future__ import annotations
 
@@ -23,10 +25,17 @@ from conv import LAYERS, conv_module
 RESNET = ["resnet 3x3 64 @56", "resnet 3x3 128 @28", "resnet 3x3 256 @14", "resnet 3x3 512 @7"]
 
 
-def compile_fn(mod, winograd: bool, tile: int = 4):
-    pipe = kiln.get_pipeline("default")
+def compile_fn(mod, winograd: bool, tile: int = 4, fuse: str = "rule"):
+    """``mod`` through the default pipeline, Winograd F(tile) forced on when ``winograd``, off
+    otherwise (the default pipeline's cost rule would pick it for these layers); ``fuse``: its
+    stages as one kernel (``"on"``), as three (``"off"``), or as ``fuse_winograd``'s rule
+    decides (``"rule"``)."""
+    off = ("fuse_winograd",) if fuse == "off" else ()
+    pipe = kiln.get_pipeline("default", kiln.transform.PassContext(winograd=winograd,
+                                                                   disabled_passes=off))
     if winograd:
-        pipe = with_winograd(pipe, choose=lambda call, plan: tile)
+        forced = -tile if fuse == "on" else tile     # (-m: conv_winograd's "F(m) fused")
+        pipe = with_winograd(pipe, choose=lambda call, plan: forced)
     out = pipe(mod)
     vm = kiln.VirtualMachine(kiln.compile(out, target="llvm"), kiln.cpu())
     return vm, out
@@ -45,7 +54,7 @@ def layer(name: str):
 
 
 def _stage(kernel: str) -> str:
-    for stage in ("input", "gemm", "output"):
+    for stage in ("input", "gemm", "output", "conv"):
         if f"winograd_{stage}" in kernel:
             return stage
     return kernel
@@ -60,7 +69,7 @@ def _time(fn, reps):
     return best
 
 
-def run(names=None, rounds: int = 15, tile: int = 4) -> list[dict]:
+def run(names=None, rounds: int = 15, tile: int = 4, fuse: str = "rule") -> list[dict]:
     kiln.set_num_threads(1)
     rows = []
     for name in names or RESNET:
@@ -71,7 +80,7 @@ def run(names=None, rounds: int = 15, tile: int = 4) -> list[dict]:
         x = rng.standard_normal(x_shape).astype("float32")
         mod = conv_module(x_shape, w, b, attrs)
         vm_d, _ = compile_fn(mod, False)
-        vm_w, mod_w = compile_fn(mod, True, tile)
+        vm_w, mod_w = compile_fn(mod, True, tile, fuse)
         xa = kiln.nd.array(x)
         f_d, f_w = vm_d["main"], vm_w["main"]
         yd, yw = f_d(xa).numpy(), f_w(xa).numpy()
@@ -88,8 +97,9 @@ def run(names=None, rounds: int = 15, tile: int = 4) -> list[dict]:
         share = {_stage(k): statistics.median(v) / 1e3 for k, v in prof.items()}
         call = next(bd.value for bd in mod["main"].bindings()
                     if getattr(bd.value, "op", "") == "conv2d")
-        plan = conv_plan(call)
-        rows.append({"layer": name, "tile": tile, "direct_ms": statistics.median(t_d) * 1e3,
+        plan = conv_plan(call, ctx=kiln.transform.PassContext())
+        rows.append({"layer": name, "tile": tile, "fused": any("winograd_conv" in k for k in prof),
+                     "direct_ms": statistics.median(t_d) * 1e3,
                      "winograd_ms": statistics.median(t_w) * 1e3,
                      "speedup": statistics.median(t_d) / statistics.median(t_w),
                      "best_speedup": min(t_d) / min(t_w),
@@ -176,6 +186,8 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--tile", type=int, default=4, help="m of F(m x m, 3 x 3)")
+    ap.add_argument("--fuse", choices=("rule", "on", "off"), default="rule",
+                    help="the Winograd stages as one kernel (on), three (off), or by the rule")
     ap.add_argument("--resnet18", action="store_true", help="the whole model instead of layers")
     ap.add_argument("layers", nargs="*")
     args = ap.parse_args()
@@ -183,4 +195,4 @@ if __name__ == "__main__":
         for k, v in resnet18(args.rounds).items():
             print(f"{k}: {v}")
     else:
-        print(table(run(args.layers or None, args.rounds, args.tile)))
+        print(table(run(args.layers or None, args.rounds, args.tile, args.fuse)))
