@@ -130,3 +130,34 @@ def test_a_parallel_loop_stays_one_loop():
     c = kiln.nd.array(np.full((4, 21), np.nan, "float32"))
     rt(kiln.nd.array(a), c)
     np.testing.assert_array_equal(c.numpy(), a * 2)
+
+
+@kiln.script.ir_module
+class BatchOfRaggedTiles:
+    """A batch of 3 rows of 21 columns in tiles of 8, batch and tiles fused into one parallel
+    loop (a batched matmul's batch x column panels): the tile is ``f % 3``."""
+    @T.prim_func
+    def main(A: T.Buffer((3, 4, 21), "float32"), C: T.Buffer((3, 4, 21), "float32")):
+        for f in T.parallel(9):
+            for i, j_1 in T.grid(4, 8):
+                with T.block("C"):
+                    vb = T.axis.spatial(3, f // 3)
+                    vi = T.axis.spatial(4, i)
+                    vj = T.axis.spatial(21, f % 3 * 8 + j_1)
+                    T.where(f % 3 * 8 + j_1 < 21)
+                    C[vb, vi, vj] = A[vb, vi, vj] * 2.0
+
+
+def test_a_fused_loop_branches_on_its_tile():
+    """The guard steps with ``f % 3``, not with ``f``: the body runs guard-free for the tiles
+    below the last (``f % 3 < 2``) and guarded for the last tile of each batch."""
+    text = lower_prim_func(BatchOfRaggedTiles["main"]).script()
+    free, guarded = text.split("else:")
+    assert text.count("T.parallel(9)") == 1 and "if f % 3 < 2:" in free
+    assert " if " not in free.split("if f % 3 < 2:")[1]
+    assert "f % 3 * 8 + j_1 < 21" in guarded
+    rt = kiln.build(BatchOfRaggedTiles, target="llvm")
+    a = np.random.default_rng(2).standard_normal((3, 4, 21)).astype("float32")
+    c = kiln.nd.array(np.full((3, 4, 21), np.nan, "float32"))
+    rt(kiln.nd.array(a), c)
+    np.testing.assert_array_equal(c.numpy(), a * 2)
