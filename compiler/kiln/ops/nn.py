@@ -517,23 +517,50 @@ def _compute_resize(args, attrs):
             return x[(n, c, idx[0], idx[1]) + r]
         return te.compute(shape, f, name="resize2d")
 
-    def f(n, c, y, xx, *r):
-        lo_, up_, frac = [], [], []
-        for d, o in enumerate((y, xx)):
-            num, den = _source(o, x.shape[2 + d], size[d], mode)
-            i0 = _fdiv(num, den)
-            lo_.append(clamp(i0, 0, hi[d]))
-            up_.append(clamp(i0 + 1, 0, hi[d]))
-            rem = num - i0 * den if den != 1 else None
-            frac.append(None if rem is None else Cast(x.dtype, rem) / literal(den, x.dtype))
+    def source(d, o):
+        """(lower neighbour, upper neighbour, fraction or None) of output index ``o`` on
+        spatial axis ``d``."""
+        num, den = _source(o, x.shape[2 + d], size[d], mode)
+        i0 = _fdiv(num, den)
+        rem = num - i0 * den if den != 1 else None
+        return (clamp(i0, 0, hi[d]), clamp(i0 + 1, 0, hi[d]),
+                None if rem is None else Cast(x.dtype, rem) / literal(den, x.dtype))
 
-        def lerp(a, b, t):                       # each load appears once in the expression
-            return a() if t is None else a() * (literal(1.0, x.dtype) - t) + b() * t
-        row = [lambda yy=yy: lerp(lambda: x[(n, c, yy, lo_[1]) + r], lambda: x[(n, c, yy, up_[1]) + r],
-                                  frac[1])
-               for yy in (lo_[0], up_[0])]
-        return lerp(row[0], row[1], frac[0])
+    def lerp(a, b, t):                           # each load appears once in the expression
+        return a() if t is None else a() * (literal(1.0, x.dtype) - t) + b() * t
+
+    def across(src, n, c, yy, xx, r):
+        lo, up, t = source(1, xx)
+        return lerp(lambda: src[(n, c, yy, lo) + r], lambda: src[(n, c, yy, up) + r], t)
+
+    if _separable(x, size):
+        # Each input row interpolated across once, then rows blended: the same arithmetic in
+        # the same order as below, without redoing a row's interpolation for every output row
+        # it serves (8 of them at 8x), and only the first stage gathers (NCHW vectorizes along
+        # the output columns, whose neighbours are not contiguous): LR-ASPP's 28 -> 224
+        # upsampling of 21 channels 1.3 ms -> see bench/RESULTS.md.
+        rows = te.compute(tuple(x.shape[:3]) + (size[1],) + block,
+                          lambda n, c, yy, xx, *r: across(x, n, c, yy, xx, r),
+                          name="resize2d_rows", attrs=dict([te.KEEP_STAGE]))
+
+        def blend(n, c, y, xx, *r):
+            lo, up, t = source(0, y)
+            return lerp(lambda: rows[(n, c, lo, xx) + r], lambda: rows[(n, c, up, xx) + r], t)
+        return te.compute(shape, blend, name="resize2d")
+
+    def f(n, c, y, xx, *r):
+        lo, up, t = source(0, y)
+        return lerp(lambda: across(x, n, c, lo, xx, r), lambda: across(x, n, c, up, xx, r), t)
     return te.compute(shape, f, name="resize2d")
+
+
+def _separable(x, size) -> bool:
+    """Whether a linear resize runs as two stages (``_compute_resize``): NCHW (a blocked input
+    reads whole vectors of channels, no gathers), static, more output rows than input rows
+    (else the first stage does more work than it saves), and columns to interpolate."""
+    h, w = (getattr(d, "value", d) for d in x.shape[2:4])
+    return len(x.shape) == 4 and isinstance(h, int) and isinstance(w, int) \
+        and size[0] > h and size[1] != w
 
 
 def _ref_resize(x, size, method="nearest", coordinate_transformation_mode="half_pixel",

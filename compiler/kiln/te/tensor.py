@@ -78,8 +78,9 @@ class ComputeOp(Operation):
     """``axis``: one Var per output dimension; ``reduce_axis``: the ReduceAxis vars of ``body``'s
     top-level reduction (empty if none)."""
 
-    def __init__(self, name: str, shape, axis: Tuple[Var, ...], body: PrimExpr):
+    def __init__(self, name: str, shape, axis: Tuple[Var, ...], body: PrimExpr, attrs=()):
         self.name, self.axis, self.body = name, axis, body
+        self.attrs = tuple(sorted(dict(attrs).items()))
         self.reduce_axis = body.axis if isinstance(body, Reduce) else ()
         self._output = Tensor(self, shape, body.dtype, name)
 
@@ -199,11 +200,18 @@ def reduce_axis(dom, name: str = "rv") -> ReduceAxis:
     return ReduceAxis(name, rng.min.dtype, rng)
 
 
-def compute(shape, fcompute, name: str = "compute") -> Tensor:
+# A stage's block annotation: the default schedule never inlines it into its consumers (a
+# stage whose elements each consumer element reads several of, computed once instead).
+KEEP_STAGE = ("kiln.keep_stage", True)
+
+
+def compute(shape, fcompute, name: str = "compute", attrs=None) -> Tensor:
     """A tensor whose element at each index is ``fcompute(*index_vars)``.
 
     The index variables are named after ``fcompute``'s parameters (``i0, i1, ...`` for
     ``*args``). The body may be a reduction (``te.sum(...)``), but only at the top level.
+    ``attrs`` (a dict) become the annotations of the stage's block (``KEEP_STAGE``: never
+    inlined by the default schedule).
 
     >>> C = te.compute((m, n), lambda i, j: te.sum(A[i, k] * B[k, j], axis=k), name="C")  # doctest: +SKIP
     """
@@ -215,7 +223,7 @@ def compute(shape, fcompute, name: str = "compute") -> Tensor:
         raise NotImplementedError(f"compute {name!r}: multi-output computes are not supported")
     body = convert(body)
     _check_reduce_placement(body, name)
-    return ComputeOp(name, shape, axis, body).output(0)
+    return ComputeOp(name, shape, axis, body, attrs or {}).output(0)
 
 
 def _index_names(fcompute, ndim: int):

@@ -54,6 +54,7 @@ from __future__ import annotations
 
 from typing import Optional, Tuple
 
+from .. import te
 from ..ir import IRModule, PrimFunc
 from ..schedule import Schedule
 from ..schedule.decisions import Decisions
@@ -135,7 +136,7 @@ def _mark(func: PrimFunc, desc: str, ctx: PassContext, decide: Decisions) -> Pri
 
 def _keep(sch: Schedule):
     def keep(info) -> bool:
-        if PACK_ANNOTATION in info.block.annotations:
+        if PACK_ANNOTATION in info.block.annotations or te.KEEP_STAGE in info.block.annotations:
             return True
         # Padding in front of a convolution stays a separate (cheap, parallel) pass over the
         # input, so the conv's inner loop reads plain contiguous rows without conditions.
