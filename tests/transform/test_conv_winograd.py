@@ -296,6 +296,10 @@ def test_transformed_weight_panels_divide_the_output_channels():
     avx512 = PassContext(target="llvm -mcpu=sapphirerapids").resolved()     # panels of 64
     assert [panel_lanes(o, avx512) for o in (64, 128, 96, 160, 80, 48, 32, 8, 20, 1000)] == \
         [64, 64, 32, 32, 16, 16, 32, 8, 32, 64]
+    # no vector divides them: one panel of 24 (a vector and a half, none guarded), 40 in one
+    # of 40 (5 of 6 half vectors used, against 40 of 64 lanes), 72 in 24s (3 of 4 against 72
+    # of 128); 1,000 in 64s (the last one guarded: 1,000 of 1,024 lanes, against 5 of 6)
+    assert [panel_lanes(o, avx512) for o in (24, 40, 72, 1000)] == [24, 40, 24, 64]
     avx2 = PassContext(target="llvm -mcpu=haswell").resolved()              # panels of 16
     assert [panel_lanes(o, avx2) for o in (96, 40, 12)] == [16, 8, 16]
     # Inception-V3's 64 -> 96 layer at 35 x 35 in panels of 32, against numpy
@@ -304,5 +308,13 @@ def test_transformed_weight_panels_divide_the_output_channels():
     out, got = compile_run(mod, [x])
     (gemm,) = [f for n, f in out.functions.items() if "winograd_gemm" in n]
     assert gemm.params[1].shape[-1].value == panel_lanes(96, PassContext().resolved())
+    np.testing.assert_allclose(got, numpy_model(x, w, 1, "bias_relu", extra), rtol=1e-4,
+                               atol=1e-4)
+    # 24 output channels (EfficientNetV2-S's first stage), panels of 24 on AVX-512, 8 on AVX2
+    mod, w, extra = conv_model((1, 24, 23, 23), 24)
+    x = _rand((1, 24, 23, 23))
+    out, got = compile_run(mod, [x])
+    (gemm,) = [f for n, f in out.functions.items() if "winograd_gemm" in n]
+    assert gemm.params[1].shape[-1].value == panel_lanes(24, PassContext().resolved())
     np.testing.assert_allclose(got, numpy_model(x, w, 1, "bias_relu", extra), rtol=1e-4,
                                atol=1e-4)
