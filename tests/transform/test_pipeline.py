@@ -18,7 +18,7 @@ def test_pipeline_contents():
     assert get_pipeline("default", AVX2_CTX).names() == [
         "fold_constant", "simplify_power", "eliminate_common_subexpr", "dead_code_elimination", "conv1d_as_2d",
         "conv_live_taps", "pad_conv_channels", "conv_winograd",
-        "fuse_attention", "flatten_matmul_rows", "convert_layout_nchwc", "fold_channel_scale", "fuse_winograd", "fuse_ops",
+        "fuse_attention", "flatten_matmul_rows", "convert_layout_nchwc", "fold_channel_scale", "fuse_winograd", "split_as_slices", "fuse_ops",
         "legalize", "fold_constant", "dead_code_elimination", "default_schedule"]
     assert kiln.get_pipeline("zero", AVX2_CTX).names() == ["legalize", "default_schedule"]
 

@@ -15,6 +15,8 @@
   small map: DeepLabV3's ASPP), trimmed or split into bands
 - ``fuse_attention()``: softmax(q @ kt * scale + mask) @ v -> one ``attention`` call, one kernel
   per block of query rows (``schedule_attention.py``)
+- ``split_as_slices()``: a split whose pieces are taken one by one -> a slice per piece, which
+  fuses into its reader (or is a view)
 - ``convert_layout_nchwc()``: channel-blocked (NCHW[b]c) activations from conv to conv
   (docs/layout.md; ``schedule_nchwc.py`` schedules its depthwise convs and pools)
 - ``Sequential``, ``PassContext`` (options, passed explicitly); pipelines:
@@ -41,9 +43,10 @@ from .conv_live_taps import conv_live_taps
 from .fuse_winograd import fuse_winograd
 from .fuse_attention import fuse_attention
 from .layout_nchwc import convert_layout_nchwc
+from .split_as_slices import split_as_slices
 from .pipeline import get_pipeline
 from .well_formed import WellFormedError, check_well_formed
 
 __all__ = ["Pass", "PassContext", "Sequential", "BindParams", "BindParamsError", "LegalizeError", "bind_params",
            "legalize", "fold_constant", "dead_code_elimination", "eliminate_common_subexpr",
-           "fuse_ops", "default_schedule", "conv_winograd", "fuse_winograd", "conv_live_taps", "fuse_attention", "convert_layout_nchwc", "get_pipeline", "WellFormedError", "check_well_formed"]
+           "fuse_ops", "default_schedule", "conv_winograd", "fuse_winograd", "conv_live_taps", "fuse_attention", "convert_layout_nchwc", "split_as_slices", "get_pipeline", "WellFormedError", "check_well_formed"]

@@ -36,6 +36,8 @@
     fuse_winograd            a Winograd conv whose V and M would not fit in L2 and whose
                              transformed weight does: its three operators as one, run
                              per block of tiles (ESPCN's 224 x 224 layer)
+    split_as_slices          a split whose pieces are taken one by one -> one slice each, which
+                             fuses into its reader (a GRU's gates read the product in place)
     fuse_ops                 operator groups -> one tensor program each (weights of
                              linear/matmul that are constants get a pack call_tir)
     legalize                 the remaining single operators -> tensor programs
@@ -64,6 +66,7 @@ from .flatten_matmul_rows import flatten_matmul_rows
 from .fold_channel_scale import fold_channel_scale
 from .fuse_ops import fuse_ops
 from .fuse_winograd import fuse_winograd
+from .split_as_slices import split_as_slices
 from .infra import Pass, PassContext, Sequential, context
 from .layout_nchwc import convert_layout_nchwc
 from .pad_conv_channels import pad_conv_channels
@@ -90,6 +93,7 @@ def _default(ctx: PassContext) -> List[Pass]:
         flatten_matmul_rows(ctx),
         *([convert_layout_nchwc(ctx), fold_channel_scale(ctx)] if ctx.nchwc_layout else []),
         *([fuse_winograd(ctx)] if ctx.winograd else []),
+        split_as_slices(ctx),
         fuse_ops(ctx),
         legalize(ctx),
         fold_constant(ctx),
