@@ -302,19 +302,13 @@ def test_transformed_weight_panels_divide_the_output_channels():
     assert [panel_lanes(o, avx512) for o in (24, 40, 72, 1000)] == [24, 40, 24, 64]
     avx2 = PassContext(target="llvm -mcpu=haswell").resolved()              # panels of 16
     assert [panel_lanes(o, avx2) for o in (96, 40, 12)] == [16, 8, 16]
-    # Inception-V3's 64 -> 96 layer at 35 x 35 in panels of 32, against numpy
-    mod, w, extra = conv_model((1, 64, 35, 35), 96)
-    x = _rand((1, 64, 35, 35))
-    out, got = compile_run(mod, [x])
-    (gemm,) = [f for n, f in out.functions.items() if "winograd_gemm" in n]
-    assert gemm.params[1].shape[-1].value == panel_lanes(96, PassContext().resolved())
-    np.testing.assert_allclose(got, numpy_model(x, w, 1, "bias_relu", extra), rtol=1e-4,
-                               atol=1e-4)
-    # 24 output channels (EfficientNetV2-S's first stage), panels of 24 on AVX-512, 8 on AVX2
-    mod, w, extra = conv_model((1, 24, 23, 23), 24)
-    x = _rand((1, 24, 23, 23))
-    out, got = compile_run(mod, [x])
-    (gemm,) = [f for n, f in out.functions.items() if "winograd_gemm" in n]
-    assert gemm.params[1].shape[-1].value == panel_lanes(24, PassContext().resolved())
-    np.testing.assert_allclose(got, numpy_model(x, w, 1, "bias_relu", extra), rtol=1e-4,
-                               atol=1e-4)
+    # Inception-V3's 64 -> 96 layer at 35 x 35 (panels of 32), and 24 output channels
+    # (EfficientNetV2-S's first stage: panels of 24 on AVX-512, 8 on AVX2), against numpy
+    for shape, channels in (((1, 64, 35, 35), 96), ((1, 24, 23, 23), 24)):
+        mod, w, extra = conv_model(shape, channels)
+        x = _rand(shape)
+        out, got = compile_run(mod, [x])
+        (gemm,) = [f for n, f in out.functions.items() if "winograd_gemm" in n]
+        assert gemm.params[1].shape[-1].value == panel_lanes(channels, PassContext().resolved())
+        np.testing.assert_allclose(got, numpy_model(x, w, 1, "bias_relu", extra), rtol=1e-4,
+                                   atol=1e-4)
