@@ -298,3 +298,36 @@ def test_pointwise_conv_goes_by_rows_on_more_than_one_core(cores, order):
     ctx = PassContext(target=AVX2, cores=cores, parallel_min_elements=1024)
     out, name = _compile_and_check(mod, (1, 384, 14, 14), ctx)
     assert order in attr(out[name], "kiln.schedule"), attr(out[name], "kiln.schedule")
+
+
+@pytest.mark.parametrize("pad_rows", [False, True])
+@pytest.mark.parametrize("x_shape,strides", [((1, 16, 23, 21), (2, 2)), ((2, 16, 9, 12), (1, 1))])
+def test_padding_per_output_row(pad_rows, x_shape, strides):
+    """``pad_rows`` (rows outer): each output row pads the input rows it reads (3 x W x 16
+    compacted per row) instead of a padded copy of the whole input; both ways compute the
+    conv, batch 2 and odd sizes included."""
+    from kiln.schedule.decisions import Decisions
+    from kiln.transform.default_schedule import schedule_kernel
+    mod = _conv_model(x_shape, (32, 16, 3, 3), padding=(1, 1), strides=strides)
+    legal = kiln.get_pipeline("default", PassContext(disabled_passes=("default_schedule",),
+                                                     winograd=False))(mod)
+    (name,) = kernels(legal)
+    func = legal[name]
+    record = Decisions(fixed={"rows_outer": True, "pad_rows": pad_rows})
+    scheduled = schedule_kernel(func, PassContext(), record)
+    assert record.made.get("pad_rows") == pad_rows and not record.stale
+    assert ("pad per row" in attr(scheduled, "kiln.schedule")) == pad_rows
+    check_same_results(func, scheduled)
+
+
+def test_padding_per_row_by_default_where_the_copy_would_not_fit_half_of_l2():
+    """YOLO's 16 -> 32 stride-2 conv at 160 x 160: a padded copy of 1.7 MB (100 of the
+    kernel's 450 us as a pass of its own)."""
+    from kiln.transform.schedule_conv import _pad_rows_default
+    mod = _conv_model((1, 16, 160, 160), (32, 16, 3, 3), padding=(1, 1), strides=(2, 2))
+    legal = kiln.get_pipeline("default", PassContext(disabled_passes=("default_schedule",)))(mod)
+    (name,) = kernels(legal)
+    ctx = PassContext().resolved()
+    big = 162 * 162 * 16 * 4 > ctx.machine.l2_bytes // 2
+    assert _pad_rows_default(legal[name], 80, ctx) == big
+    assert not _pad_rows_default(legal[name], 2 * ctx.cores, ctx)     # too few rows to share

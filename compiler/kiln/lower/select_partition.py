@@ -121,7 +121,8 @@ def _split(loop: For, lo: int, hi: int) -> SeqStmt:
 
 
 def partition_selects(func):
-    """Split every vectorized loop as the module docstring says; other loops are kept."""
+    """Split every vectorized loop as the module docstring says, and a serial loop right around
+    a vectorized one by the conditions on its own variable; other loops are kept."""
     ana = Analyzer()
     outer: Dict[Var, Range] = {}
 
@@ -132,6 +133,15 @@ def partition_selects(func):
                 if inner is not None:
                     return _split(s, *inner)
                 return s
+            if s.kind == "serial" and isinstance(s.body, For) and s.body.kind == "vectorized":
+                # The pixels around a vector of channels (a channel-blocked input's padding,
+                # ``conv2d_pad[n, c, y, x, 0:16]``): the conditions are on the pixel, and its
+                # interior is a plain copy of whole vectors. Left whole, every vector was
+                # loaded through clamped indices under a select: YOLO's 16 -> 32 stride-2 conv
+                # at 160 x 160 spent 100 of its 450 us padding its input.
+                inner = _interior(s, outer, ana)
+                if inner is not None:
+                    return _split(s, *inner)
             known = is_const_int(s.min) and is_const_int(s.extent)
             if known:
                 outer[s.loop_var] = Range(s.min, s.extent)
