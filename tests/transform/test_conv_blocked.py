@@ -323,11 +323,26 @@ def test_padding_per_output_row(pad_rows, x_shape, strides):
 def test_padding_per_row_by_default_where_the_copy_would_not_fit_half_of_l2():
     """YOLO's 16 -> 32 stride-2 conv at 160 x 160: a padded copy of 1.7 MB (100 of the
     kernel's 450 us as a pass of its own)."""
-    from kiln.transform.schedule_conv import _pad_rows_default
+    from kiln.transform.schedule_conv import _pad_rows_default, _padding_block
     mod = _conv_model((1, 16, 160, 160), (32, 16, 3, 3), padding=(1, 1), strides=(2, 2))
     legal = kiln.get_pipeline("default", PassContext(disabled_passes=("default_schedule",)))(mod)
     (name,) = kernels(legal)
     ctx = PassContext().resolved()
     big = 162 * 162 * 16 * 4 > ctx.machine.l2_bytes // 2
-    assert _pad_rows_default(legal[name], 80, ctx) == big
-    assert not _pad_rows_default(legal[name], 2 * ctx.cores, ctx)     # too few rows to share
+    pad = _padding_block(legal[name])
+    assert pad is not None and _pad_rows_default(pad, 80, ctx) == big
+    assert not _pad_rows_default(pad, 2 * ctx.cores, ctx)             # too few rows to share
+
+
+def test_no_pad_rows_decision_without_padding():
+    """An unpadded conv by rows has no padding block to move: the rule offers no
+    ``pad_rows``, so a tuner cannot sample one (a 1 x 1 conv at 40 x 40)."""
+    from kiln.schedule.decisions import Decisions
+    from kiln.transform.default_schedule import schedule_kernel
+    mod = _conv_model((1, 32, 40, 40), (32, 32, 1, 1))
+    legal = kiln.get_pipeline("default", PassContext(disabled_passes=("default_schedule",)))(mod)
+    (name,) = kernels(legal)
+    record = Decisions(fixed={"rows_outer": True, "pad_rows": True})
+    scheduled = schedule_kernel(legal[name], PassContext(), record)
+    assert "pad_rows" not in record.made and "pad per row" not in attr(scheduled, "kiln.schedule")
+    check_same_results(legal[name], scheduled)

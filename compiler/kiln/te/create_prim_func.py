@@ -157,7 +157,7 @@ def _block_nest(t: Tensor, buffers: Dict[int, Buffer], block_name: str):
     # As TVM's create_prim_func: the reduction's read of its own output is implied by the write.
     reads = tuple(r for r in reads if r.buffer is not out)
     block = Block(block_name, tuple(iters), reads, writes, stmt, init,
-                  annotations=getattr(t.op, "attrs", ()))
+                  annotations=op.attrs)
     nest = BlockRealize(tuple(bindings), IntImm(1, "bool"), block)
     for lv, extent in reversed(loops):
         nest = For(lv, IntImm(0, extent.dtype), extent, "serial", nest)

@@ -194,14 +194,13 @@ def schedule_blocked_conv(func: PrimFunc, ctx: PassContext,
         # its guarded last tile off only there (``partition_loops`` needs the guard linear in
         # the loop variable), and the tile's accumulators need a constant pixel count.
         blocks_parallel = True      # the parallel loop walks the channel blocks
-        pad_rows = not flat and rows_outer and decide.choose(
-            "pad_rows", [False, True], default=_pad_rows_default(sch.func, extents[2], ctx))
-        if pad_rows:
+        pad = _padding_block(sch.func) if not flat and rows_outer else None
+        if pad is not None and decide.choose(
+                "pad_rows", [False, True], default=_pad_rows_default(pad, extents[2], ctx)):
             # Each output row pads the input rows it reads, right before its tiles: the rows
             # stay in L1/L2 instead of a padded copy of the whole input going through memory.
             row = sch.fuse(n, y)
             sch.parallel(row)
-            pad = next(b for b in block_infos(sch.func) if b.name.startswith("conv2d_pad"))
             sch.compute_at(pad.rv, row)
             pad_loops = sch.get_loops(find(sch.func, pad.name).rv)
             sch.vectorize(pad_loops[-1])
@@ -239,15 +238,20 @@ def schedule_blocked_conv(func: PrimFunc, ctx: PassContext,
     return sch.func, "conv nchwc: " + ", ".join(parts)
 
 
-def _pad_rows_default(func: PrimFunc, out_rows: int, ctx: PassContext) -> bool:
-    """Whether a conv by rows pads its input rows per output row (``pad_rows``) rather than in
-    a pass of its own: when the padded copy would not fit in half of L2, and there are rows
-    for every core."""
+def _padding_block(func: PrimFunc):
+    """The conv's one padding block (``conv2d_pad``, not an NHWC copy), or None."""
     pads = [b for b in block_infos(func) if b.name.startswith("conv2d_pad")
             and not b.name.startswith("conv2d_pad_nhwc")]
-    if len(pads) != 1 or out_rows < 4 * ctx.cores:
+    return pads[0] if len(pads) == 1 else None
+
+
+def _pad_rows_default(pad, out_rows: int, ctx: PassContext) -> bool:
+    """Whether a conv by rows pads its input rows per output row (``pad_rows``) rather than in
+    a pass of its own (``pad``, its padding block): when the padded copy would not fit in half
+    of L2, and there are rows for every core."""
+    if out_rows < 4 * ctx.cores:
         return False
-    buf = pads[0].written()[0]
+    buf = pad.written()[0]
     return math.prod(int(d.value) for d in buf.shape) * 4 > ctx.machine.l2_bytes // 2
 
 

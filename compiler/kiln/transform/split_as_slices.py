@@ -25,6 +25,8 @@ from typing import Dict, List, Optional, Tuple
 from .. import ops
 from ..ir import IRModule
 from ..ir.graph import Binding, Call, GraphVar, TensorType, TupleGetItem
+from ..ops.common import normalize_axis
+from ..ops.transform import _split_bounds
 from .graph_util import graph_functions, rewrite_function, use_counts
 from .infra import Pass, PassContext, context
 
@@ -37,6 +39,9 @@ def split_as_slices(ctx: Optional[PassContext] = None) -> Pass:
         out = mod
         for name, func in graph_functions(mod):
             taken = _taken_by_items(func)
+            if not any(isinstance(b.value, Call) and b.value.op == "split" and b.var in taken
+                       for block in func.blocks for b in block.bindings):
+                continue
             pieces: Dict[GraphVar, List[Tuple[GraphVar, int, int, int]]] = {}
 
             def visit(b: Binding, em, _block):
@@ -71,16 +76,12 @@ def _taken_by_items(func) -> set:
 
 
 def _bounds(split: Call) -> Optional[List[Tuple[GraphVar, int, int, int]]]:
-    """(x, axis, start, stop) of each piece of a static ``split``, or None."""
+    """(x, axis, start, stop) of each piece of a static ``split`` (the operator's own bounds,
+    ``ops.transform._split_bounds``), or None."""
     x = split.args[0]
     if not isinstance(x.ty, TensorType) or x.ty.static_shape() is None:
         return None
-    shape = x.ty.static_shape()
-    axis = dict(split.attrs).get("axis", 0)
-    axis = axis + len(shape) if axis < 0 else axis
-    out, start = [], 0
-    for field in split.ty.fields:
-        length = field.static_shape()[axis]
-        out.append((x, axis, start, start + length))
-        start += length
-    return out
+    attrs = dict(split.attrs)
+    axis = normalize_axis("split", attrs.get("axis", 0), x.ty.ndim, x.ty.shape)
+    return [(x, axis, start.value, start.value + length.value) for start, length in
+            _split_bounds("split", x.ty, attrs["indices_or_sections"], axis)]
