@@ -185,6 +185,54 @@ def test_triple_block_only_where_16_does_not_divide():
     assert conv_tile(24, 56, 56, avx512)[0] == 24 and conv_tile(48, 56, 56, avx512)[0] == 16
 
 
+def test_quintuple_block_only_where_8_is_half_a_vector_and_16_24_do_not_divide():
+    """40-channel blocks (2.5 AVX-512 vectors) for 40, 200 and 440 channels, which 16 and 24
+    do not divide (else half-filled 8-channel blocks); 120 keeps 24, 80 keeps 16; AVX2 and NEON,
+    where 8 channels fill whole vectors, never get them."""
+    avx512 = PassContext(target="llvm -mcpu=skylake-avx512").resolved()
+    assert [channel_blocks(c, avx512) for c in (40, 200, 440)] == [(40, 8)] * 3
+    assert channel_blocks(120, avx512) == (24, 8) and channel_blocks(80, avx512) == (16, 8)
+    assert channel_blocks(40, AVX2_CTX.resolved()) == (8,)
+    neon = PassContext(target="llvm -mtriple=aarch64-linux-gnu").resolved()
+    assert channel_blocks(40, neon) == (8, 4)
+    assert conv_tile(40, 28, 28, avx512)[0] == 40 and conv_tile(440, 7, 7, avx512)[0] == 40
+
+
+def _host_has_avx512() -> bool:
+    from kiln.codegen.machine import machine_of
+    return machine_of("llvm").vector_bits == 512
+
+
+@pytest.mark.skipif(not _host_has_avx512(), reason="runs AVX-512 code: this host has no AVX-512F")
+@pytest.mark.parametrize("batch,size", [(1, 28), (2, 13)])
+def test_forty_channel_blocks_flow_through_a_chain(batch, size):
+    """An inverted-residual chain whose narrow convs have 40 channels (MnasNet's and
+    MobileNetV3's 28 x 28 stages): 40 -> 200 1x1, a 3x3 depthwise over 200, 200 -> 40 1x1 plus
+    the residual, all in 40-channel blocks on AVX-512, against numpy at 1e-4 (odd size, batch 2,
+    stride 2 in the depthwise conv for the second case)."""
+    rng = np.random.default_rng(4)
+    w1 = Constant((rng.standard_normal((200, 40, 1, 1)) * 0.2).astype("float32"))
+    wd = Constant((rng.standard_normal((200, 1, 3, 3)) * 0.3).astype("float32"))
+    w2 = Constant((rng.standard_normal((40, 200, 1, 1)) * 0.1).astype("float32"))
+    stride = 1 if batch == 1 else 2
+    x_shape = (batch, 40, size, size)
+
+    def body(emit, x):
+        h = emit("relu", emit("conv2d", x, w1))
+        h = emit("relu", emit("conv2d", h, wd, padding=(1, 1), groups=200, strides=(stride, stride)))
+        y = emit("conv2d", h, w2)
+        return ops.call("add", y, x) if stride == 1 else y
+
+    mod = graph_module([typed("x", x_shape)], body)
+    target = "llvm -mcpu=skylake-avx512"
+    out = kiln.get_pipeline("default", PassContext(winograd=False), target=target)(mod)
+    schedules = [attr(out[k], "kiln.schedule") for k in kernels(out)]
+    assert sum("x40" in s for s in schedules) >= 3, schedules
+    args = [rng.standard_normal(x_shape).astype("float32")]
+    np.testing.assert_allclose(run_vm(out, args, target=target), reference(mod, args),
+                               rtol=1e-4, atol=1e-4)
+
+
 def test_flat_tiles_only_where_rows_are_short():
     # a 1-row image (a 1-D conv) is one run, taken as flat so the cores can share it; a wide
     # image keeps its rows

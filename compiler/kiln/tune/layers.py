@@ -9,7 +9,7 @@ Two choices come earlier, in graph passes, and which kernels a model has depends
   ``fuse_winograd``, offered where its rule would fuse them); the cost rule's pick
   (``conv_winograd.layer_options``) is the default;
 - ``conv_block`` (``convert_layout_nchwc``): the output-channel block ``bn`` of each
-  channel-blocked conv (``conv_blocked.channel_blocks``: 32, 24, 16, 8 on AVX-512), the
+  channel-blocked conv (``conv_blocked.channel_blocks``: 40, 32, 24, 16, 8 on AVX-512), the
   layout its result flows in; ``conv_blocked.conv_tile``'s pick is the default;
 - ``panel`` (``fuse_ops``, ``layout.pack_plan``): the panel width a ``linear``/``matmul``
   weight is packed in, the register tile's vector width (``layout.panel_options``: 64 or 32
