@@ -248,7 +248,8 @@ def test_pixel_tile_fits_the_budget():
 
 
 def test_guarded_last_tile_is_peeled_off():
-    """56 = 9 x 6 + 2: nine tiles without guards, then one guarded tile (partition_loops)."""
+    """56 = 9 x 6 + 2: nine tiles without guards, then one guarded tile (partition_loops); the
+    padding read in place splits the first tile off the nine (select_partition)."""
     from kiln.lower import lower_prim_func
     from kiln.ir import IfThenElse, collect
     mod = _conv_model((1, 16, 56, 56), (16, 16, 3, 3), padding=(1, 1))
@@ -256,7 +257,7 @@ def test_guarded_last_tile_is_peeled_off():
     (name,) = kernels(out)
     assert attr(out[name], "kiln.schedule").startswith("conv nchwc: tile 6x16")
     text = lower_prim_func(out[name]).script()
-    assert "in range(9):" in text and "T.serial(9, 10)" in text, text
+    assert "in range(1):" in text and "T.serial(1, 9)" in text and "T.serial(9, 10)" in text, text
     # the guarded tile writes back only its row's pixels (not the next row's first ones,
     # which another thread may be computing)
     assert "< 56" in text and "< 3136" not in text, text
@@ -361,11 +362,55 @@ def test_padding_per_output_row(pad_rows, x_shape, strides):
                                                      winograd=False))(mod)
     (name,) = kernels(legal)
     func = legal[name]
-    record = Decisions(fixed={"rows_outer": True, "pad_rows": pad_rows})
+    record = Decisions(fixed={"rows_outer": True, "pad_rows": pad_rows, "pad_inline": False})
     scheduled = schedule_kernel(func, PassContext(), record)
     assert record.made.get("pad_rows") == pad_rows and not record.stale
     assert ("pad per row" in attr(scheduled, "kiln.schedule")) == pad_rows
     check_same_results(func, scheduled)
+
+
+@pytest.mark.parametrize("x_shape,w_shape,attrs,default", [
+    ((1, 3, 64, 120), (32, 3, 3, 3), {"padding": (1, 1), "strides": (2, 2)}, True),  # a stem
+    ((2, 3, 60, 60), (16, 3, 7, 7), {"padding": (3, 3), "strides": (2, 2)}, True),   # 7 x 7, batch 2
+    ((1, 16, 20, 60), (32, 16, 3, 3), {"padding": (0, 1, 2, 1)}, True),             # uneven
+    # one tile a row: the padded copy by default
+    ((1, 16, 12, 6), (32, 16, 3, 3), {"padding": (1, 1)}, False),
+])
+def test_padding_read_in_place(x_shape, w_shape, attrs, default):
+    """``pad_inline``: no padded copy; the tile loop splits into border tiles, which test
+    every tap, and interior ones, whose taps read the input with no column test and no clamp
+    (only the row's test stays); against the padded copy and numpy. The default where at least
+    half of a row's tiles read no padding."""
+    from kiln.ir import For, Select, Var, collect
+    from kiln.lower import lower_prim_func
+    from kiln.schedule.decisions import Decisions
+    from kiln.transform.default_schedule import schedule_kernel
+    mod = _conv_model(x_shape, w_shape, **attrs)
+    legal = kiln.get_pipeline("default", PassContext(disabled_passes=("default_schedule",),
+                                                     winograd=False), target=AVX2)(mod)
+    (name,) = kernels(legal)
+    func = legal[name]
+    chosen = schedule_kernel(func, AVX2_CTX, Decisions())
+    assert " flat" not in attr(chosen, "kiln.schedule")
+    assert ("padding in place" in attr(chosen, "kiln.schedule")) == default, \
+        attr(chosen, "kiln.schedule")
+    inline = schedule_kernel(func, AVX2_CTX, Decisions(fixed={"pad_inline": True}))
+    assert "padding in place" in attr(inline, "kiln.schedule"), attr(inline, "kiln.schedule")
+    copy = schedule_kernel(func, AVX2_CTX, Decisions(fixed={"pad_inline": False}))
+    assert "padding in place" not in attr(copy, "kiln.schedule")
+    lowered = lower_prim_func(inline)
+    assert "conv2d_pad" not in lowered.script() and "conv2d_pad" in lower_prim_func(copy).script()
+    # the tile loops: border ones whose selects test the column, an interior one whose do not
+    tile_loops = [f for f in collect(lowered.body, For)
+                  if f.kind == "serial" and any(g.kind == "unrolled" for g in collect(f.body, For))
+                  and collect(f.body, Select)]
+    tested = [f for f in tile_loops if any(any(v is f.loop_var for v in collect(sel.condition, Var))
+                                           for sel in collect(f.body, Select))]
+    if default:
+        assert len(tile_loops) >= 2 and 1 <= len(tested) < len(tile_loops), lowered.script()
+    check_same_results(func, inline)
+    check_same_results(func, copy)
+    _compile_and_check(mod, x_shape)
 
 
 def test_padding_per_row_by_default_where_the_copy_would_not_fit_half_of_l2():

@@ -76,9 +76,19 @@ def _conditions(body) -> list:
     return out
 
 
-def _interior(loop: For, outer: Dict[Var, Range], ana: Analyzer) -> Optional[Tuple[int, int]]:
+def _tile_loop(loop: For) -> bool:
+    """Whether ``loop`` walks register tiles: a loop with a reduction (serial) loop under it
+    around unrolled and vectorized ones, and a select (zero padding read in place) in it."""
+    loops = collect(loop.body, For)
+    return any(f.kind == "vectorized" for f in loops) and \
+        any(f.kind == "unrolled" for f in loops) and bool(collect(loop.body, Select))
+
+
+def _interior(loop: For, outer: Dict[Var, Range], ana: Analyzer,
+              min_interior: int = MIN_INTERIOR) -> Optional[Tuple[int, int]]:
     """The range of ``loop``'s variable where every qualifying condition under it holds, when
-    it is a proper, wide enough part of the loop."""
+    it is a proper, wide enough part of the loop (at least ``min_interior`` iterations and
+    half of it)."""
     v = loop.loop_var
     if not (is_const_int(loop.min) and is_const_int(loop.extent)):
         return None
@@ -102,7 +112,7 @@ def _interior(loop: For, outer: Dict[Var, Range], ana: Analyzer) -> Optional[Tup
                 hi = min(hi, rng[1])
     # Only where the conditions hold on most of the loop (padding borders, a pool's first
     # column): a guard that fails on most lanes (a split's last chunk) is left to the masks.
-    if not found or hi - lo < max(MIN_INTERIOR, (end - start + 1) // 2) or \
+    if not found or hi - lo < max(min_interior, (end - start + 1) // 2) or \
             (lo == start and hi == end):
         return None
     return lo, hi
@@ -140,6 +150,13 @@ def partition_selects(func):
                 # loaded through clamped indices under a select: YOLO's 16 -> 32 stride-2 conv
                 # at 160 x 160 spent 100 of its 450 us padding its input.
                 inner = _interior(s, outer, ana)
+                if inner is not None:
+                    return _split(s, *inner)
+            elif s.kind == "serial" and _tile_loop(s):
+                # A register tile's loop over the pixel tiles of a row, its padding read in
+                # place (``schedule_conv``'s ``pad_inline``): the tiles away from the row's
+                # ends read every tap inside the input, without the selects and clamps.
+                inner = _interior(s, outer, ana, min_interior=1)
                 if inner is not None:
                     return _split(s, *inner)
             known = is_const_int(s.min) and is_const_int(s.extent)

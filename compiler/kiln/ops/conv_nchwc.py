@@ -42,6 +42,10 @@ from .transform import padded
 
 # The name of the blocked reduction block (the schedule rule looks for it).
 BLOCK_NAME = "conv2d_nchwc"
+# The annotation of that block saying where its padding columns lie: "W P S D K" (input width,
+# columns of padding before, stride, dilation, kernel width along a row), from which the
+# schedule counts the tiles of a row that read no padding (``schedule_conv``, ``pad_inline``).
+COLUMNS = "kiln.conv_columns"
 
 
 def _geometry(x: te.Tensor, w_shape, attrs):
@@ -161,7 +165,8 @@ def conv2d_nchwc(x: te.Tensor, wp: te.Tensor, w_shape, attrs: dict, bn: int,
             p = pixel[0]
             y, xx = (p // width, p % width) if width > 1 else (p, 0)
         return te.sum(term(n, _tap(y, ry, sy, dy), _tap(xx, rx, sx, dx), ob, oi), axis=axes)
-    out = te.compute(blocked, f, name=BLOCK_NAME)
+    columns = f"{const_dim(x.shape[3])} {before[1]} {sx} {dx} {kernel[1]}"
+    out = te.compute(blocked, f, name=BLOCK_NAME, attrs={COLUMNS: columns})
     if out_blocked:
         if not flat:
             return out

@@ -20,12 +20,18 @@ output pixels ``p = y * W + x`` of an image (``oi`` the ``bn`` output channels o
   that it reads the tile one to one
   (``reverse_compute_inline``); the write-back stores ``bn`` channels of one pixel (a
   scatter across channel planes, once per tile);
-- padding as its own parallel pass; or, by rows with a padded copy that would not fit in half
-  of L2 (the decision ``pad_rows``), computed per output row, right before its tiles, into a
-  buffer of the rows it reads (compacted by lowering: 3 x W x ``bn`` for a 3x3 kernel), so
-  that the copy stays in cache (YOLO's 16 -> 32 stride-2 conv at 160 x 160: 449 -> 415-421
-  us at one thread; lowering copies each row's interior as plain vectors,
-  ``select_partition``);
+- padding read in place (the decision ``pad_inline``, the default for tiles along rows): a tap
+  outside the input reads zero through a select, and lowering (``select_partition``) splits
+  the loop over a row's tiles so that the tiles away from its ends read every tap without
+  that test; only the row's condition, the same for a whole tap row, stays. No padded copy:
+  MobileNetV2's 3 -> 32 stride-2 stem 244 -> 196-200 us at one thread, the same conv over an
+  input padded beforehand 194-196; ResNet's 7 x 7 stem 1618 -> 1534-1564, a 128-channel
+  stride-2 3x3 conv at 28 x 28 392 -> 362-365. Otherwise (flat tiles, whose pixels' rows and
+  columns are not affine in the tile loop, or when the tuner says so) the padding is a pass
+  of its own; or, by rows with a padded copy that would not fit in half of L2 (the decision
+  ``pad_rows``), computed per output row, right before its tiles, into a buffer of the rows
+  it reads (compacted by lowering: 3 x W x ``bn`` for a 3x3 kernel), so that the copy stays
+  in cache (lowering copies each row's interior as plain vectors, ``select_partition``);
 - ``(n, ob, y)`` fused and parallel: one block of output channels keeps its weights in cache
   while all its rows stream past; or ``(n, y, ob)`` when re-reading the weights per row costs
   less than re-reading the input per channel block (1x1 convs on large images). Flat tiles:
@@ -50,6 +56,7 @@ from ..ir import Buffer, BufferLoad, IRModule, PrimFunc, Var, collect
 from ..schedule import Schedule, ScheduleError
 from ..schedule.decisions import Decisions
 from .block_iter import BlockIterError, fuse_block_iter, split_block_iter
+from ..ops.conv_nchwc import COLUMNS
 from .conv_blocked import ANNOTATION, FLAT_OVERHEAD, STEP_OVERHEAD, pixel_tile
 from .infra import PassContext
 from .layout import vectors
@@ -96,20 +103,21 @@ def find_blocked_conv(func: PrimFunc) -> Optional[str]:
 def schedule_blocked_conv(func: PrimFunc, ctx: PassContext,
                           decide: Optional[Decisions] = None) -> Tuple[PrimFunc, str]:
     """Apply the module docstring's schedule; returns (scheduled func, description). Its
-    choices are ``decide``'s: ``xt`` (pixels of the tile), ``rows_outer``, ``ci`` (input
-    channels per reduction step), ``parallel`` and, by rows, ``pad_rows``."""
+    choices are ``decide``'s: ``pad_inline``, ``xt`` (pixels of the tile), ``rows_outer``,
+    ``ci`` (input channels per reduction step), ``parallel`` and, by rows, ``pad_rows``."""
     decide = decide if decide is not None else Decisions()
     conv = find_blocked_conv(func)
     if conv is None:
         raise ScheduleError("no channel-blocked conv2d block", func)
     sch = Schedule(IRModule({"main": func}), "main")
-    # Inline the NCHW view and the elementwise epilogue into the output block; keep the
-    # padding (a separate pass, so the tile reads plain rows without conditions).
+    # Inline the NCHW view and the elementwise epilogue into the output block; the padding
+    # for now stays (``pad_inline`` below).
     inline_intermediates(sch, lambda b: b.name.startswith("conv2d_pad"))
     epilogue = _regroup_epilogue(sch.func, conv)
     if epilogue is not None:
         sch = Schedule(IRModule({"main": epilogue}), "main")
     info = find(sch.func, conv)
+    inline_pad = False
     loops = loop_rvs(info)
     extents = [static_extent(f) for f in info.loops]
     n_sp = sum(1 for iv in info.block.iter_vars if iv.kind == "spatial")
@@ -137,6 +145,14 @@ def schedule_blocked_conv(func: PrimFunc, ctx: PassContext,
                                                        extents[2] * extents[3], ctx))
         po, pi = sch.split(x, [None, xt]) if xt < extents[3] else (None, x)
         par = [n, y, ob] if rows_outer else [n, ob, y]
+        pad = _padding_block(sch.func)
+        if pad is not None and decide.choose(
+                "pad_inline", [False, True], default=_pad_inline_default(info, xt, extents[3])):
+            # The padding read in place: a tap outside the input reads zero through a select,
+            # and lowering (``select_partition``) splits the tiles whose taps all fall inside
+            # the input off the row's first and last ones, without that test.
+            sch.compute_inline(pad.rv)
+            inline_pad = True
     outer = par + ([po] if po is not None and po not in par else [])
     if len(red) == 3:
         ry, rx, rc = red
@@ -186,6 +202,8 @@ def schedule_blocked_conv(func: PrimFunc, ctx: PassContext,
 
     parts = [f"tile {xt}x{bn}" + (" flat" if flat else ""),
              "rows outer" if rows_outer else "channel blocks outer", f"epilogue {fused}"]
+    if inline_pad:
+        parts.append("padding in place")
     if any(b.name.startswith("conv2d_pad_nhwc") for b in block_infos(sch.func)):
         parts.append("input nhwc")
     work = math.prod(e for e in extents if e is not None)
@@ -238,11 +256,34 @@ def schedule_blocked_conv(func: PrimFunc, ctx: PassContext,
     return sch.func, "conv nchwc: " + ", ".join(parts)
 
 
+def _is_padding(b) -> bool:
+    """Whether block ``b`` is the conv's zero padding (``conv2d_pad``, not an NHWC copy)."""
+    return b.name.startswith("conv2d_pad") and not b.name.startswith("conv2d_pad_nhwc")
+
+
 def _padding_block(func: PrimFunc):
-    """The conv's one padding block (``conv2d_pad``, not an NHWC copy), or None."""
-    pads = [b for b in block_infos(func) if b.name.startswith("conv2d_pad")
-            and not b.name.startswith("conv2d_pad_nhwc")]
+    """The conv's one padding block, or None."""
+    pads = [b for b in block_infos(func) if _is_padding(b)]
     return pads[0] if len(pads) == 1 else None
+
+
+def _pad_inline_default(info, xt: int, width: int) -> bool:
+    """Whether a conv by rows reads its padding in place (``pad_inline``) by default: when
+    at least half of a row's full tiles (``xt`` of its ``width`` output pixels each) read no
+    padding column, as ``select_partition`` needs to split them off the others (the conv's
+    ``COLUMNS`` annotation gives where the padding lies). Otherwise every tap of every tile
+    would test its column: an 8 x 8 image's 3x3 conv (one tile a row) ran 1.85x slower so,
+    than from a padded copy; a 5x5 one on 35 x 35 (three tiles, one of them inside) 1.11x."""
+    geometry = dict(info.block.annotations).get(COLUMNS)
+    if geometry is None:
+        return False
+    in_width, before, stride, dilation, kernel = (int(v) for v in geometry.split())
+    tiles = width // xt
+    # Tile t reads input columns t*xt*s - P .. (t*xt + xt - 1)*s + (K - 1)*d - P.
+    first = -(-before // (xt * stride))
+    last = (in_width + before - (kernel - 1) * dilation - (xt - 1) * stride - 1) // (xt * stride)
+    inside = max(0, min(tiles - 1, last) - first + 1)
+    return inside >= 1 and 2 * inside >= tiles
 
 
 def _pad_rows_default(pad, out_rows: int, ctx: PassContext) -> bool:
