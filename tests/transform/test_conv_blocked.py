@@ -378,9 +378,9 @@ def test_padding_per_output_row(pad_rows, x_shape, strides):
 ])
 def test_padding_read_in_place(x_shape, w_shape, attrs, default):
     """``pad_inline``: no padded copy; the tile loop splits into border tiles, which test
-    every tap, and interior ones, whose taps read the input with no column test and no clamp
-    (only the row's test stays); against the padded copy and numpy. The default where at least
-    half of a row's tiles read no padding."""
+    every tap, and interior ones, whose taps read the input with no test and no clamp (a tap
+    row's test is a branch around it); against the padded copy and numpy. The default where at
+    least half of a row's tiles read no padding."""
     from kiln.ir import For, Select, Var, collect
     from kiln.lower import lower_prim_func
     from kiln.schedule.decisions import Decisions
@@ -400,14 +400,21 @@ def test_padding_read_in_place(x_shape, w_shape, attrs, default):
     assert "padding in place" not in attr(copy, "kiln.schedule")
     lowered = lower_prim_func(inline)
     assert "conv2d_pad" not in lowered.script() and "conv2d_pad" in lower_prim_func(copy).script()
-    # the tile loops: border ones whose selects test the column, an interior one whose do not
-    tile_loops = [f for f in collect(lowered.body, For)
-                  if f.kind == "serial" and any(g.kind == "unrolled" for g in collect(f.body, For))
-                  and collect(f.body, Select)]
-    tested = [f for f in tile_loops if any(any(v is f.loop_var for v in collect(sel.condition, Var))
-                                           for sel in collect(f.body, Select))]
     if default:
-        assert len(tile_loops) >= 2 and 1 <= len(tested) < len(tile_loops), lowered.script()
+        # the row's loop of tiles, split: border tiles whose selects test the column, and an
+        # interior with no select left at all (its tap rows' test a branch, not a select)
+        (par,) = [f for f in collect(lowered.body, For) if f.kind == "parallel"]
+        tiles = [f for f in collect(par.body, For) if f.kind == "serial"
+                 and any(g.kind == "unrolled" for g in collect(f.body, For))
+                 and not any(f in collect(g.body, For) for g in collect(par.body, For)
+                             if g is not f and g.kind == "serial")]
+        tile_var = tiles[0].loop_var.name
+        assert all(t.loop_var.name == tile_var for t in tiles) and len(tiles) >= 2
+        assert any(not collect(t.body, Select) for t in tiles), lowered.script()
+        assert any(collect(t.body, Select) for t in tiles), lowered.script()
+        # no select tests the output row (the parallel loop's variable)
+        assert not any(any(v is par.loop_var for v in collect(sel.condition, Var))
+                       for sel in collect(lowered.body, Select)), lowered.script()
     check_same_results(func, inline)
     check_same_results(func, copy)
     _compile_and_check(mod, x_shape)
