@@ -23,7 +23,7 @@ output pixels ``p = y * W + x`` of an image (``oi`` the ``bn`` output channels o
 - padding read in place (the decision ``pad_inline``, the default for tiles along rows): a tap
   outside the input reads zero through a select, and lowering (``select_partition``) splits
   the loop over a row's tiles so that the tiles away from its ends read every tap without
-  that test; only the row's condition, the same for a whole tap row, stays. No padded copy:
+  that test, and the row's test, the same for a whole row of taps, is a branch. No copy:
   MobileNetV2's 3 -> 32 stride-2 stem 244 -> 196-200 us at one thread, the same conv over an
   input padded beforehand 194-196; ResNet's 7 x 7 stem 1618 -> 1534-1564, a 128-channel
   stride-2 3x3 conv at 28 x 28 392 -> 362-365. Otherwise (flat tiles, whose pixels' rows and
@@ -55,8 +55,8 @@ from typing import Optional, Tuple
 from ..ir import Buffer, BufferLoad, IRModule, PrimFunc, Var, collect
 from ..schedule import Schedule, ScheduleError
 from ..schedule.decisions import Decisions
-from .block_iter import BlockIterError, fuse_block_iter, split_block_iter
 from ..ops.conv_nchwc import COLUMNS
+from .block_iter import BlockIterError, fuse_block_iter, split_block_iter
 from .conv_blocked import ANNOTATION, FLAT_OVERHEAD, STEP_OVERHEAD, pixel_tile
 from .infra import PassContext
 from .layout import vectors
@@ -272,8 +272,8 @@ def _pad_inline_default(info, xt: int, width: int) -> bool:
     at least half of a row's full tiles (``xt`` of its ``width`` output pixels each) read no
     padding column, as ``select_partition`` needs to split them off the others (the conv's
     ``COLUMNS`` annotation gives where the padding lies). Otherwise every tap of every tile
-    would test its column: an 8 x 8 image's 3x3 conv (one tile a row) ran 1.85x slower so,
-    than from a padded copy; a 5x5 one on 35 x 35 (three tiles, one of them inside) 1.11x."""
+    would test its column: so read, an 8 x 8 image's 3x3 conv (one tile a row) took 1.85x the
+    time it took from a padded copy, and a 5x5 one on 35 x 35 (three tiles, one inside) 1.11x."""
     geometry = dict(info.block.annotations).get(COLUMNS)
     if geometry is None:
         return False
