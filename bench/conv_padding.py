@@ -1,7 +1,7 @@
 """A padded conv's padding read in place against a padded copy (``schedule_conv``'s decision
 ``pad_inline``, fixed either way), compiled for this host and, with ``--targets``, for others
 this host can run (AVX2 code on an AVX-512 core): the figures of bench/RESULTS.md, "Session
-27". Each conv (conv + relu, batch 1, float32) alone; rounds alternate between the two
+27". Each conv (conv + bias + relu, batch 1, float32) alone; rounds alternate between the two
 programs, each round the kernel's time from ``vm.profile`` after 3 warm calls; medians.
 
     .venv/bin/python bench/conv_padding.py [--rounds 15] [--threads 1]
@@ -18,12 +18,11 @@ from typing import Dict, List, Tuple
 import numpy as np
 
 import kiln
-from kiln import ops
-from kiln.ir import FunctionBuilder
-from kiln.ir.graph import Constant, GraphVar, TensorType
 from kiln.schedule.decisions import Decisions
 from kiln.transform import PassContext
 from kiln.transform.default_schedule import schedule_kernel
+
+from conv import conv_module
 
 # Stems of MobileNetV2, ResNet and a YOLO-style detector, a direct 3x3 conv, and stride-2
 # 3x3 convs over blocked inputs (the form "I->O kK sS pP @HW").
@@ -39,23 +38,21 @@ def parse(spec: str) -> Tuple[int, int, int, int, int, int]:
     return tuple(int(g) for g in m.groups())
 
 
-def conv_module(spec: str, seed: int = 0):
-    """relu(conv2d(x, W)) for ``spec``, with a constant weight; (module, input array)."""
+def spec_module(spec: str, seed: int = 0):
+    """relu(conv2d(x, W) + b) for ``spec`` (``conv.conv_module``, constant weights); (module,
+    input array)."""
     c, o, k, s, p, hw = parse(spec)
     rng = np.random.default_rng(seed)
-    w = Constant(rng.standard_normal((o, c, k, k)).astype("float32"))
-    x = GraphVar("x", TensorType((1, c, hw, hw), "float32"))
-    fb = FunctionBuilder([x])
-    with fb.dataflow():
-        y = fb.emit(ops.call("conv2d", x, w, strides=(s, s), padding=(p, p)))
-        out = fb.emit_output(ops.call("relu", y))
-    return kiln.IRModule({"main": fb.finish(out)}), rng.standard_normal((1, c, hw, hw)).astype("float32")
+    w = rng.standard_normal((o, c, k, k)).astype("float32")
+    b = rng.standard_normal(o).astype("float32")
+    mod = conv_module((1, c, hw, hw), w, b, {"strides": (s, s), "padding": (p, p)})
+    return mod, rng.standard_normal((1, c, hw, hw)).astype("float32")
 
 
 def programs(spec: str, target: str) -> Dict[bool, Tuple[object, str]]:
     """The conv compiled for ``target`` with ``pad_inline`` fixed False and True: {decision:
     (VirtualMachine, the kernel's schedule)} (Winograd off, so the direct conv is measured)."""
-    mod, _ = conv_module(spec)
+    mod, _ = spec_module(spec)
     ctx = PassContext(target=target, winograd=False)
     pre = kiln.get_pipeline("default", PassContext(target=target, winograd=False,
                                                    disabled_passes=("default_schedule",)))(mod)
@@ -74,7 +71,7 @@ def programs(spec: str, target: str) -> Dict[bool, Tuple[object, str]]:
 def measure(spec: str, target: str, rounds: int, threads: int) -> dict:
     """One row: the kernel's median µs with the padded copy and read in place, their ratio,
     the largest difference between the two outputs and the in-place schedule."""
-    _, x = conv_module(spec)
+    _, x = spec_module(spec)
     progs = programs(spec, target)
     xa = kiln.nd.array(x)
     outs = {k: vm["main"](xa).numpy() for k, (vm, _) in progs.items()}

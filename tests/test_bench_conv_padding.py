@@ -12,7 +12,7 @@ def test_conv_specs_parse_and_bad_ones_say_why():
     assert cp.parse("3->32 k3 s2 p1 @224") == (3, 32, 3, 2, 1, 224)
     with pytest.raises(ValueError, match="I->O kK sS pP @HW"):
         cp.parse("3x32 k3 @224")
-    mod, x = cp.conv_module("4->16 k3 s1 p1 @12")
+    mod, x = cp.spec_module("4->16 k3 s1 p1 @12")
     assert x.shape == (1, 4, 12, 12)
 
 

@@ -115,7 +115,7 @@ def exp(b: ir.IRBuilder, x):
 def _exp_of_nonpositive(b: ir.IRBuilder, x):
     """e**x for ``x <= 0`` or NaN (sigmoid's e**-|x|), with ``exp``'s results, in 9 fewer
     vector instructions: no overflow to guard against, so n >= -126 and 2^n is one normal
-    factor; NaN propagates through the arithmetic by itself. (Sigmoid went 25 -> ~19 cycles a
+    factor; NaN propagates through the arithmetic by itself. (Sigmoid went 25 -> ~20 cycles a
     16-lane vector on an AVX-512 Xeon, bound by the count of vector instructions on its two
     vector ports.)"""
     lo = _exp_constants(x)[0]

@@ -360,4 +360,12 @@ def conjuncts(e) -> list:
     return [] if is_const_int(e, 1) else [e]
 
 
+def conjunction(terms):
+    """``terms[0] and terms[1] and ...`` (the inverse of ``conjuncts``); at least one term."""
+    out = terms[0]
+    for c in terms[1:]:
+        out = And(out, c)
+    return out
+
+
 _ = field  # re-exported for node modules that need default factories

@@ -36,9 +36,9 @@ from __future__ import annotations
 from typing import Dict, List, Optional, Tuple
 
 from ..arith import Analyzer
-from ..ir import (And, Block, BlockRealize, For, GE, GT, IfThenElse, IntImm, LE, LT, Range, Select,
+from ..ir import (Block, BlockRealize, For, GE, GT, IfThenElse, IntImm, LE, LT, Range, Select,
                   SeqStmt, Var, collect, structural_equal, substitute, transform)
-from ..ir.expr import conjuncts, is_const_int
+from ..ir.expr import conjunction, conjuncts, is_const_int
 from ..schedule.regions import bound, free_of, loop_ranges
 
 # Below this many lanes in the middle the split is not worth two more loops.
@@ -83,8 +83,8 @@ def _conditions(body) -> list:
 
 
 def _tile_loop(loop: For) -> bool:
-    """Whether ``loop`` walks register tiles: a loop with a reduction (serial) loop under it
-    around unrolled and vectorized ones, and a select (zero padding read in place) in it."""
+    """Whether ``loop`` walks register tiles (or their reduction steps): unrolled and
+    vectorized loops under it, and a select (zero padding read in place)."""
     loops = collect(loop.body, For)
     return any(f.kind == "vectorized" for f in loops) and \
         any(f.kind == "unrolled" for f in loops) and bool(collect(loop.body, Select))
@@ -113,25 +113,18 @@ def _unswitch_uniform(loop: For) -> For:
             if not isinstance(n, Select):
                 return None
             parts = conjuncts(n.condition)
-            if not any(_same_condition(c, u) for c in parts for u in uniform):
+            rest = [c for c in parts if not any(_same_condition(c, u) for u in uniform)]
+            if len(rest) == len(parts):
                 return None
             if not value:
                 return n.false_value
-            rest = [c for c in parts if not any(_same_condition(c, u) for u in uniform)]
-            if not rest:
-                return n.true_value
-            cond = rest[0]
-            for c in rest[1:]:
-                cond = And(cond, c)
-            return Select(cond, n.true_value, n.false_value)
+            return Select(conjunction(rest), n.true_value, n.false_value) if rest \
+                else n.true_value
         return transform(loop.body, post)
 
-    test = uniform[0]
-    for c in uniform[1:]:
-        test = And(test, c)
     return For(loop.loop_var, loop.min, loop.extent, loop.kind,
-               IfThenElse(test, settle(True), settle(False)), loop.thread_binding,
-               loop.annotations)
+               IfThenElse(conjunction(uniform), settle(True), settle(False)),
+               loop.thread_binding, loop.annotations)
 
 
 def _same_condition(a, b) -> bool:

@@ -165,8 +165,9 @@ def conv2d_nchwc(x: te.Tensor, wp: te.Tensor, w_shape, attrs: dict, bn: int,
             p = pixel[0]
             y, xx = (p // width, p % width) if width > 1 else (p, 0)
         return te.sum(term(n, _tap(y, ry, sy, dy), _tap(xx, rx, sx, dx), ob, oi), axis=axes)
-    columns = f"{const_dim(x.shape[3])} {before[1]} {sx} {dx} {kernel[1]}"
-    out = te.compute(blocked, f, name=BLOCK_NAME, attrs={COLUMNS: columns})
+    in_width = const_dim(x.shape[3])
+    columns = {COLUMNS: f"{in_width} {before[1]} {sx} {dx} {kernel[1]}"} if in_width else {}
+    out = te.compute(blocked, f, name=BLOCK_NAME, attrs=columns)
     if out_blocked:
         if not flat:
             return out

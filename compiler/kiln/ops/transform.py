@@ -24,7 +24,7 @@ import numpy as np
 from .. import te
 from ..ir import dtype as dt
 from ..ir.expr import (And, Buffer, BufferLoad, IntImm, Max, Min, Mul, Or, PrimExpr, Range, Select,
-                       Var, _promote)
+                       Var, _promote, conjunction)
 from ..ir.function import PrimFunc, root_realize
 from ..ir.graph import TensorType, TupleType
 from ..ir.stmt import (Block, BlockRealize, BufferRegion, BufferStore, For, IfThenElse, IterVar, seq)
@@ -72,12 +72,7 @@ def last_index(d):
 
 def _and(conds):
     conds = [c for c in conds if c is not None]
-    if not conds:
-        return None
-    out = conds[0]
-    for c in conds[1:]:
-        out = And(out, c)
-    return out
+    return conjunction(conds) if conds else None
 
 
 def _linear_index(indices, shape):
