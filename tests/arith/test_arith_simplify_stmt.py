@@ -98,3 +98,15 @@ def test_an_if_on_a_loop_variable_narrows_it_in_each_branch():
     # Not narrowed by a condition it cannot read: the Select stays.
     kept = arith.simplify_stmt(For(i, 0, 4, "serial", IfThenElse(i * 2 < 5, For(j, 0, 4, "serial", store()))))
     assert isinstance(kept.body.then_case.body.value, kiln.ir.expr.Select)
+
+
+def test_an_if_that_never_runs_goes_and_so_does_its_loop():
+    """``if i + 16 < 8`` under ``for i in range(4)`` never runs: it goes, and the loop around
+    nothing but it; its neighbour in the sequence stays."""
+    i = Var("i")
+    Bf = kiln.ir.Buffer("B", (32,))
+    dead = For(i, 0, 4, "serial", IfThenElse(i + 16 < 8, BufferStore(Bf, 1.0, (i,))))
+    live = For(i, 0, 4, "serial", BufferStore(Bf, 2.0, (i,)))
+    out = arith.simplify_stmt(kiln.ir.SeqStmt((live, dead)))
+    assert isinstance(out, kiln.ir.SeqStmt) and len(out.seq) == 1
+    assert_structural_equal(out.seq[0], live)

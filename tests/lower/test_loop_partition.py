@@ -161,3 +161,33 @@ def test_a_fused_loop_branches_on_its_tile():
     c = kiln.nd.array(np.full((3, 4, 21), np.nan, "float32"))
     rt(kiln.nd.array(a), c)
     np.testing.assert_array_equal(c.numpy(), a * 2)
+
+
+@kiln.script.ir_module
+class PanelsOfRowBlocks:
+    """16 x 21 in tiles of 4 rows x 8 columns, column panels outside row blocks, fused into one
+    parallel loop (a matmul split by columns): the panel is ``f // 4``, the last one ragged."""
+    @T.prim_func
+    def main(A: T.Buffer((16, 21), "float32"), C: T.Buffer((16, 21), "float32")):
+        for f in T.parallel(12):
+            for i, j_1 in T.grid(4, 8):
+                with T.block("C"):
+                    vi = T.axis.spatial(16, f % 4 * 4 + i)
+                    vj = T.axis.spatial(21, f // 4 * 8 + j_1)
+                    T.where(f // 4 * 8 + j_1 < 21)
+                    C[vi, vj] = A[vi, vj] * 2.0
+
+
+def test_a_ragged_last_panel_outside_row_blocks_gets_code_of_its_own():
+    """The guard steps with ``f // 4``: the first two panels (``f < 8``) run guard-free, and
+    the last panel's code knows it is the last (columns 16 + j, five of them, no guard)."""
+    text = lower_prim_func(PanelsOfRowBlocks["main"]).script()
+    free, last = text.split("else:")
+    assert text.count("T.parallel(12)") == 1 and "if f < 8:" in free
+    assert " if " not in free.split("if f < 8:")[1] and " if " not in last
+    assert "j_1 + 16" in last and "range(5)" in last and "f // 4" not in last
+    rt = kiln.build(PanelsOfRowBlocks, target="llvm")
+    a = np.random.default_rng(3).standard_normal((16, 21)).astype("float32")
+    c = kiln.nd.array(np.full((16, 21), np.nan, "float32"))
+    rt(kiln.nd.array(a), c)
+    np.testing.assert_array_equal(c.numpy(), a * 2)

@@ -20,7 +20,8 @@ def simplify_stmt(stmt, bounds: Optional[dict] = None, analyzer: Optional[Analyz
     Loop variables are known to lie in ``[min, min + extent)`` inside their loop, block
     iterators in their domain inside their block. A block predicate (``T.where``) that is
     provably true becomes ``True``; an ``if`` whose condition is provably true becomes its
-    then-branch. Unchanged parts are shared with the input.
+    then-branch, one provably false (with no else) nothing, and a loop of nothing goes.
+    Unchanged parts are shared with the input.
     """
     ana = analyzer or Analyzer(bounds)
     if isinstance(stmt, IRModule):
@@ -55,11 +56,15 @@ class _Walker:
     def stmt(self, s: Stmt) -> Stmt:
         if isinstance(s, SeqStmt):
             new = tuple(self.stmt(x) for x in s.seq)
-            return s if all(a is b for a, b in zip(new, s.seq)) else SeqStmt(new)
+            if all(a is b for a, b in zip(new, s.seq)):
+                return s
+            return SeqStmt(tuple(x for x in new if not _is_nothing(x)))
         if isinstance(s, For):
             lo, ext = self.expr(s.min), self.expr(s.extent)
             with self.ana.scope({s.loop_var: Range(lo, ext)}):
                 body = self.stmt(s.body)
+            if _is_nothing(body):
+                return body
             if lo is s.min and ext is s.extent and body is s.body:
                 return s
             return For(s.loop_var, lo, ext, s.kind, body, s.thread_binding, s.annotations)
@@ -70,8 +75,8 @@ class _Walker:
             cond = self.expr(s.condition)
             if isinstance(cond, IntImm) and cond.value:
                 return self.stmt(s.then_case)
-            if isinstance(cond, IntImm) and s.else_case is not None:
-                return self.stmt(s.else_case)
+            if isinstance(cond, IntImm):
+                return NOTHING if s.else_case is None else self.stmt(s.else_case)
             on_true, on_false = _narrowed(cond, self.ana)
             with self.ana.scope(on_true):
                 then = self.stmt(s.then_case)
@@ -111,6 +116,14 @@ class _Walker:
         if same:
             return b
         return Block(b.name_hint, iters, reads, writes, body, init, b.alloc_buffers, b.annotations)
+
+
+# What an ``if`` that never runs, and a loop around nothing but that, simplify to.
+NOTHING = SeqStmt(())
+
+
+def _is_nothing(s) -> bool:
+    return isinstance(s, SeqStmt) and not s.seq
 
 
 def _is_true(e) -> bool:
