@@ -206,6 +206,24 @@ def test_transform_kernels_are_vectorized_straight_line_code():
     assert 'T.block("relu")' not in text and 'T.block("add")' not in text
 
 
+def test_an_nchw_input_is_copied_a_vector_of_channels_at_a_time():
+    """From NCHW, the padded NHWC copy gathers one vector of channels over every row before the
+    next vector (the loop over vectors outside the rows, run in parallel with them), so that a
+    vector's gathers touch as many channel planes as it has lanes, not all of them; against
+    numpy, batch 2, a 10 x 12 image."""
+    lanes = kiln.transform.PassContext().resolved().simd_lanes
+    x_shape = (2, 3 * lanes, 10, 12)
+    mod, w, extra = conv_model(x_shape, 8, epilogue="bias_relu")
+    x = _rand(x_shape)
+    out, got = compile_run(mod, [x], 4)
+    want = numpy_model(x, w, 1, "bias_relu", extra)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-4 * max(1.0, np.abs(want).max()))
+    text = out["winograd_input"].script()
+    copy = text[:text.index('T.block("winograd_pad")')]
+    assert f"n_ch_0_yy_fused in T.parallel({2 * 3 * 14})" in copy
+    assert f"ch_1 in T.vectorized({lanes})" in copy
+
+
 def test_model_matches_direct_pipeline_within_1e4():
     """A residual block (conv-bn-relu, conv-bn + identity, relu) through the default pipeline
     with and without Winograd: the same result within 1e-4 of its scale."""
