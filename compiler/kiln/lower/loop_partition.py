@@ -179,6 +179,23 @@ def _partition(loop: For, sizes: List[Var]) -> Optional[Stmt]:
     return SeqStmt((head, tail))
 
 
+def _tile_guards(loop: For, op, ana: Analyzer):
+    """For a loop whose body finds its tile as ``op(v, E)`` (``FloorMod`` or ``FloorDiv``, one
+    constant ``E``): (E, the body with that tile as a variable ``w``, ``w``, the guards that
+    step with ``w``), or None when there is no such tile or no such guard."""
+    v = loop.loop_var
+    divisors = {n.b.value for n in collect(loop.body, op)
+                if n.a is v and isinstance(n.b, IntImm) and n.b.value > 1}
+    if len(divisors) != 1:
+        return None
+    e = IntImm(divisors.pop(), v.dtype)
+    w = Var(f"{v.name}_tile", v.dtype)
+    body = transform(loop.body, lambda n: w if isinstance(n, op) and n.a is v
+                     and is_const_int(n.b, e.value) else None)
+    guards = _guards(body, w, ana)
+    return (e, w, body, guards) if guards else None
+
+
 def _partition_modulo(loop: For, ana: Analyzer) -> Optional[Stmt]:
     """A loop fused from an outer loop and a tile loop of ``E`` iterations (a batch of products
     x their column panels, run as one parallel loop) finds its tile as ``v % E``, and a guard on
@@ -188,17 +205,10 @@ def _partition_modulo(loop: For, ana: Analyzer) -> Optional[Stmt]:
     projection (64 x 49 x 96 by 96 x 288, panels of 64) ran at 43 GFLOP/s, 154 with the
     batch flattened."""
     v = loop.loop_var
-    mods = {m.b.value for m in collect(loop.body, FloorMod)
-            if m.a is v and isinstance(m.b, IntImm) and m.b.value > 1}
-    if len(mods) != 1:
+    tile = _tile_guards(loop, FloorMod, ana)
+    if tile is None:
         return None
-    e = IntImm(mods.pop(), v.dtype)
-    w = Var(f"{v.name}_tile", v.dtype)
-    body = transform(loop.body, lambda n: w if isinstance(n, FloorMod) and n.a is v
-                     and is_const_int(n.b, e.value) else None)
-    guards = _guards(body, w, ana)
-    if not guards:
-        return None
+    e, w, body, guards = tile
     split = _split_point(guards, e, ana)
     if not isinstance(split, IntImm) or split.value in (0, e.value):
         return None
@@ -219,18 +229,11 @@ def _partition_blocks(loop: For, ana: Analyzer) -> Optional[Tuple[Stmt, bool]]:
     product (100 x 576 by 576 x 144, panels of 64) ran at 30 GFLOP/s on Zen 4, its accumulators
     in memory and the last panel's lanes gathered."""
     v = loop.loop_var
-    divs = {d.b.value for d in collect(loop.body, FloorDiv)
-            if d.a is v and isinstance(d.b, IntImm) and d.b.value > 1}
-    if len(divs) != 1 or not isinstance(loop.extent, IntImm):
+    tile = _tile_guards(loop, FloorDiv, ana) if isinstance(loop.extent, IntImm) else None
+    if tile is None:
         return None
-    e = IntImm(divs.pop(), v.dtype)
+    e, w, body, guards = tile
     tiles = -(-loop.extent.value // e.value)
-    w = Var(f"{v.name}_tile", v.dtype)
-    body = transform(loop.body, lambda n: w if isinstance(n, FloorDiv) and n.a is v
-                     and is_const_int(n.b, e.value) else None)
-    guards = _guards(body, w, ana)
-    if not guards:
-        return None
     split = _split_point(guards, IntImm(tiles, v.dtype), ana)
     if not isinstance(split, IntImm) or split.value in (0, tiles):
         return None
