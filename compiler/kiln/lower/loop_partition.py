@@ -146,17 +146,18 @@ def _guard_free(body: Stmt, guards) -> Stmt:
     return transform(body, drop)
 
 
-def _partition(loop: For, sizes: List[Var]) -> Optional[Stmt]:
-    """``loop`` as a guard-free head loop and a guarded tail loop (a parallel loop: one loop
-    whose body is ``if v < split: <guard-free> else: <guarded>``), or None; or that and
-    whether the tail is specialised to constants (``_partition_blocks``)."""
+def _partition(loop: For, sizes: List[Var]) -> Optional[Tuple[Stmt, bool]]:
+    """(``loop`` as a guard-free head loop and a guarded tail loop (a parallel loop: one loop
+    whose body is ``if v < split: <guard-free> else: <guarded>``), whether that tail is
+    specialised to constants (``_partition_blocks``)), or None."""
     if not is_const_int(loop.min, 0):
         return None
     v = loop.loop_var
     ana = _analyzer(sizes)
     guards = _guards(loop.body, v, ana)
     if not guards:
-        return _partition_modulo(loop, ana) or _partition_blocks(loop, ana)
+        modulo = _partition_modulo(loop, ana)
+        return (modulo, False) if modulo is not None else _partition_blocks(loop, ana)
     zero = IntImm(0, v.dtype)
     split = _split_point(guards, loop.extent, ana)
     if is_const_int(split, 0):
@@ -168,15 +169,15 @@ def _partition(loop: For, sizes: List[Var]) -> Optional[Stmt]:
         # a few tasks would run on one thread while the others wait.
         return For(v, loop.min, loop.extent, loop.kind,
                    IfThenElse(LT(v, split), head_body, _clamped(loop.body, v, guards, ana, sizes)),
-                   loop.thread_binding, loop.annotations)
+                   loop.thread_binding, loop.annotations), False
     head = For(v, zero, split, loop.kind, head_body, loop.thread_binding, loop.annotations)
     rest = ana.simplify(loop.extent - split)
     if is_const_int(rest, 0):
-        return head
+        return head, False
     tv = Var(f"{v.name}_t", v.dtype)
     tail_body = substitute(_clamped(loop.body, v, guards, ana, sizes), {v: tv})
     tail = For(tv, split, rest, loop.kind, tail_body, loop.thread_binding, loop.annotations)
-    return SeqStmt((head, tail))
+    return SeqStmt((head, tail)), False
 
 
 def _tile_guards(loop: For, op, ana: Analyzer):
@@ -333,7 +334,7 @@ def partition_loops(func):
         part = _partition(n, sizes) if isinstance(n, For) else None
         if part is None:
             return None     # descend as usual
-        part, specialised = part if isinstance(part, tuple) else (part, False)
+        part, specialised = part
         if isinstance(part, For) and (part.kind == "parallel" or part.thread_binding is not None):
             body = part.body   # (a parallel loop: the head's code partitioned further)
             tail = run(body.else_case) if specialised else body.else_case

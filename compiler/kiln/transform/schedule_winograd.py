@@ -113,8 +113,8 @@ def _pad_copy(sch: Schedule, chans: int, lanes: int) -> Tuple[list, bool]:
     loads along the rows with one store per channel, for 64 channels at 56 x 56); from a
     channel-blocked input, in steps of its block, so that each step's loads are contiguous
     (``x[n, ch // b, y, x, ch % b]`` with ``ch = c_0 * b + c_1``). From NCHW, a vector of
-    ``lanes`` channels at a time over all the rows. Returns the copy's
-    outer loops (those to run in parallel) and whether the input is channel-blocked."""
+    ``lanes`` channels at a time over all the rows. Returns the copy's outer loops (those to
+    run in parallel) and whether the input is channel-blocked."""
     pad = find(sch.func, PAD)
     *outer, ch = loop_rvs(pad)
     x_shape = [b for b in pad.read() if b in params_of(sch.func)][0].shape
