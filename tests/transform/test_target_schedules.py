@@ -60,6 +60,17 @@ def test_machine_key_names_what_schedules_depend_on():
     assert host.cores >= 1 and host.l1_bytes >= 16 * 1024 and host.l2_bytes >= host.l1_bytes
 
 
+@pytest.mark.parametrize("target,rate", [
+    ("llvm -mcpu=znver4", 30.0),          # AMD Zen: one core streams about 30 bytes/ns
+    ("llvm -mcpu=znver3", 30.0),
+    ("llvm -mcpu=rocketlake", 10.0),      # Intel's server cores about 10
+    ("llvm -mcpu=sapphirerapids", 10.0),
+    ("llvm -mtriple=aarch64-linux-gnu", 10.0),   # unknown: the cautious figure
+])
+def test_memory_stream_rate_follows_the_cpu_family(target, rate):
+    assert machine_of(target).stream_bytes_per_ns == rate
+
+
 def test_accumulators_leave_room_for_operands():
     for regs in (16, 32):
         m = Machine("x86_64", 256, regs)

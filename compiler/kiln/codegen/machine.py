@@ -33,7 +33,10 @@ class Machine:
       256 x 16 with AVX2, 128 x 32 on AArch64 NEON, 128 x 16 with SSE or ARMv7 NEON);
     - ``fma_units`` x ``fma_latency``: how many independent multiply-adds must be in flight
       to keep the FMA pipes busy (``min_accumulators``);
-    - ``l1_bytes`` / ``l2_bytes``: per-core data caches; ``cores``: usable cores.
+    - ``l1_bytes`` / ``l2_bytes``: per-core data caches; ``cores``: usable cores;
+    - ``stream_bytes_per_ns``: how fast one core streams data from memory, for rules that weigh
+      a weight read from memory against multiply-adds (``conv_winograd``'s cost rule). The
+      ISA does not say; the CPU family does (``stream_rate``).
     """
     arch: str
     vector_bits: int
@@ -43,6 +46,7 @@ class Machine:
     l1_bytes: int = DEFAULT_L1
     l2_bytes: int = DEFAULT_L2
     cores: int = 1
+    stream_bytes_per_ns: float = 10.0
 
     def lanes(self, elem_bits: int = 32) -> int:
         """Elements of ``elem_bits`` in one vector register (float32: 16 / 8 / 4)."""
@@ -99,7 +103,29 @@ def _machine(t: Target) -> Machine:
         l1, l2 = _host_caches()
     if t.linkable:      # an artifact for this platform most likely runs on this machine
         cores = _host_cores()
-    return Machine(arch, bits, regs, fma, 4, l1, l2, cores)
+    return Machine(arch, bits, regs, fma, 4, l1, l2, cores, stream_rate(t.cpu))
+
+
+# One core's memory stream in bytes/ns, by CPU family. AMD's Zen cores keep enough misses in
+# flight to stream about 30 (Zen 4, EPYC family 25 model 17: a matrix-vector product reading a
+# 64 MB matrix at 29-30 GB/s on one core; ResNet-18's Winograd contractions inside the model
+# agree); Intel's server cores about 10 (Xeon family 6 model 167: ResNet-18's 14 x 14
+# contraction inside the model, bench/RESULTS.md "Session 18"). Other CPUs get the lower
+# figure, which keeps a rule that trades multiply-adds for memory traffic cautious.
+STREAM_RATES = {"znver": 30.0}
+DEFAULT_STREAM_RATE = 10.0
+
+
+def stream_rate(cpu: Optional[str]) -> float:
+    """Bytes per ns one core of ``cpu`` (an LLVM CPU name) streams from memory.
+
+    >>> stream_rate("znver4"), stream_rate("rocketlake"), stream_rate(None)
+    (30.0, 10.0, 10.0)
+    """
+    for prefix, rate in STREAM_RATES.items():
+        if cpu and cpu.startswith(prefix):
+            return rate
+    return DEFAULT_STREAM_RATE
 
 
 def _arch_family(arch: str) -> str:

@@ -97,6 +97,10 @@ class ConvPlan:
 # a Xeon (family 6 model 167, one thread), took 1.21 ms with F(4x4) (9.4 MB of weight) and
 # 0.85 ms with F(2x2) (4.2 MB), both fitting 10 bytes/ns; alone, with the weight left in L3 by
 # the previous call, the same layer streams at ~20 (and F(2x2) was still as fast, docs/winograd.md).
+# That is one core's memory stream, which depends on the CPU: with a ``PassContext`` the rule
+# takes its target's (``Machine.stream_bytes_per_ns``; an AMD Zen 4 core streams about 30,
+# and there ResNet-18's 7x7 layers run 1.6x faster with F(2x2) inside the model, its 14x14
+# layers faster with F(4x4) than F(2x2): the model 1.20x / 1.14x at one / two threads).
 MACS_PER_NS_DIRECT = 78.0
 MACS_PER_NS_GEMM = 80.0
 WEIGHT_BYTES_PER_NS = 10.0
@@ -115,13 +119,15 @@ MIN_GAIN = 1.2
 MIN_GAIN_FUSED = 1.1
 
 
-def winograd_cost(n: int, c: int, o: int, out_h: int, out_w: int, tile: int = 4) -> WinogradCost:
-    """Estimated time of a 3x3 stride-1 conv (N, C, O, output size) as Winograd F(tile, 3)."""
+def winograd_cost(n: int, c: int, o: int, out_h: int, out_w: int, tile: int = 4,
+                  bytes_per_ns: float = WEIGHT_BYTES_PER_NS) -> WinogradCost:
+    """Estimated time of a 3x3 stride-1 conv (N, C, O, output size) as Winograd F(tile, 3),
+    its transformed weight streamed from memory at ``bytes_per_ns``."""
     alpha = tile + 2
     th, tw = winograd.tiles(out_h, out_w, tile)
     t = n * th * tw
     compute = alpha * alpha * t * c * o / MACS_PER_NS_GEMM
-    weight = alpha * alpha * c * o * 4 / WEIGHT_BYTES_PER_NS
+    weight = alpha * alpha * c * o * 4 / bytes_per_ns
     gemm = max(compute, weight) + OVERLAP * min(compute, weight)
     transforms = alpha * alpha * t * (c * NS_PER_V + o * NS_PER_M)
     return WinogradCost(tile, gemm, transforms, t)
@@ -134,11 +140,13 @@ def direct_cost(n: int, c: int, o: int, out_h: int, out_w: int) -> float:
 
 def conv_plan(call: Call, tiles: Sequence[int] = TILES,
               ctx: Optional[PassContext] = None) -> ConvPlan:
-    """The estimates (``ConvPlan``) of an eligible conv2d call; with ``ctx``, which tile
-    sizes ``fuse_winograd`` would run as one kernel on its target."""
+    """The estimates (``ConvPlan``) of an eligible conv2d call; with ``ctx``, at its target's
+    memory stream rate (else ``WEIGHT_BYTES_PER_NS``), and which tile sizes ``fuse_winograd``
+    would run as one kernel on its target."""
     n, c = call.args[0].ty.static_shape()[:2]
     _, o, oh, ow = call.ty.static_shape()
-    options = tuple(winograd_cost(n, c, o, oh, ow, m) for m in tiles)
+    rate = context(ctx).machine.stream_bytes_per_ns if ctx is not None else WEIGHT_BYTES_PER_NS
+    options = tuple(winograd_cost(n, c, o, oh, ow, m, rate) for m in tiles)
     fused = ()
     if ctx is not None and ctx.winograd:
         from .fuse_winograd import fusable
