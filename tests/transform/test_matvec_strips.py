@@ -56,7 +56,7 @@ def _schedule(out):
 
 
 @pytest.mark.parametrize("k,n,batch,bias,rows", [
-    (1024, 1024, (), False, 4),
+    (1024, 1024, (), False, 8),
     (1026, 2048, (), True, 2),      # K = 2 x 513: two rows at a time
     (1023, 1024, (1,), True, 1),    # K odd; a batch dim of one
 ])

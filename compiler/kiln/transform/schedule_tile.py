@@ -264,8 +264,11 @@ def k_unroll(step_fmas: int, options=K_STEPS) -> int:
 STRIP_MOST = 4096
 # Rows of B added to a piece of the strip's sums (a panel's width) at a time: the piece's sums
 # stay in registers across the rows (OpenBLAS's gemv adds 4 columns of its matrix at a time,
-# the same idea).
-STRIP_ROWS = 4
+# the same idea), and that many rows stream from memory at once. 8 rather than 4: 1 x 4096 x
+# 4096 on AMD Zen 4, strips of 2048, AVX-512 code 10.5 -> 13.0 GFLOP/s at one thread and 21.0
+# -> 22.7 at two (numpy 15.6 / 22.4), AVX2 code 11.1 -> 13.5 and 24.6 -> 34.9; 16 rows were
+# slower than 8 (12.4 / 18.2).
+STRIP_ROWS = 8
 
 
 def strip_widths(n: Optional[int], ctx: PassContext) -> List[int]:
