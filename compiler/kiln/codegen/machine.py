@@ -23,6 +23,8 @@ from .target import Target, parse_target
 
 # Cache sizes assumed for a target that is not the host (typical of current cores).
 DEFAULT_L1, DEFAULT_L2 = 32 * 1024, 1024 * 1024
+# One core's memory stream (bytes/ns) assumed for a CPU ``stream_rate`` does not know.
+DEFAULT_STREAM_RATE = 10.0
 
 
 @dataclass(frozen=True)
@@ -46,7 +48,7 @@ class Machine:
     l1_bytes: int = DEFAULT_L1
     l2_bytes: int = DEFAULT_L2
     cores: int = 1
-    stream_bytes_per_ns: float = 10.0
+    stream_bytes_per_ns: float = DEFAULT_STREAM_RATE
 
     def lanes(self, elem_bits: int = 32) -> int:
         """Elements of ``elem_bits`` in one vector register (float32: 16 / 8 / 4)."""
@@ -74,7 +76,8 @@ class Machine:
     def key(self) -> str:
         """The fingerprint that decides whether a schedule made for one target fits another:
         the ISA family, the vector register file and the FMA pipes (caches and core counts
-        change tile preferences little and are left out)."""
+        change tile preferences little and are left out; the memory stream decides graph
+        choices, not kernel schedules)."""
         return (f"{self.arch} v{self.vector_bits}x{self.vector_registers} "
                 f"fma{self.fma_units}x{self.fma_latency}")
 
@@ -111,9 +114,9 @@ def _machine(t: Target) -> Machine:
 # 64 MB matrix at 29-30 GB/s on one core; ResNet-18's Winograd contractions inside the model
 # agree); Intel's server cores about 10 (Xeon family 6 model 167: ResNet-18's 14 x 14
 # contraction inside the model, bench/RESULTS.md "Session 18"). Other CPUs get the lower
-# figure, which keeps a rule that trades multiply-adds for memory traffic cautious.
+# figure (``DEFAULT_STREAM_RATE``), which keeps a rule that trades multiply-adds for memory
+# traffic cautious.
 STREAM_RATES = {"znver": 30.0}
-DEFAULT_STREAM_RATE = 10.0
 
 
 def stream_rate(cpu: Optional[str]) -> float:

@@ -34,6 +34,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Optional, Sequence, Tuple
 
+from ..codegen.machine import DEFAULT_STREAM_RATE
 from ..ir import IRModule
 from ..ir.graph import Binding, Call, Constant, GraphVar, TensorType
 from ..ops import call as op_call
@@ -103,7 +104,7 @@ class ConvPlan:
 # layers faster with F(4x4) than F(2x2): the model 1.20x / 1.14x at one / two threads).
 MACS_PER_NS_DIRECT = 78.0
 MACS_PER_NS_GEMM = 80.0
-WEIGHT_BYTES_PER_NS = 10.0
+WEIGHT_BYTES_PER_NS = DEFAULT_STREAM_RATE
 OVERLAP = 0.5
 NS_PER_V = 0.35
 NS_PER_M = 0.30
